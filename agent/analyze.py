@@ -1,0 +1,217 @@
+"""``commpulse analyze``: recorded files in the contract formats → one estimate.
+
+Thin: readers in ``collectors/`` parse the files, :func:`agent.estimate.estimate` does the
+work. Several files of one kind are combined (counters summed per direction on a common grid,
+GPU samples pooled, NCCL logs accumulated).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from agent.errors import InputFormatError
+from agent.estimate import CollectiveMix, Estimate, EstimateInputs, GpuSamples, estimate
+from agent.rates import Direction, GridSeries, direction_grids, nominal_interval
+from collectors.counters_csv import read_counters_csv
+from collectors.gpu_csv import read_gpu_csv
+from collectors.nccl_log import NcclLogSummary, read_nccl_logs
+from collectors.pcap import Capture, bin_bytes, read_capture
+
+__all__ = ["AnalysisResult", "analyze_files", "collective_mix"]
+
+#: Capture bins: fine enough for 10 ms periods, coarse enough to stay under 2^18 bins.
+PCAP_MIN_BIN_S = 1e-3
+PCAP_MAX_BINS = 2**18
+
+
+@dataclass(frozen=True)
+class AnalysisResult:
+    """The estimate plus what was read, for the report."""
+
+    estimate: Estimate
+    sources: dict[str, list[str]]
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _combine_grids(parts: list[dict[Direction, GridSeries]]) -> dict[Direction, GridSeries]:
+    """Sum per-direction grids that share a step onto their common time span."""
+    if len(parts) == 1:
+        return parts[0]
+    out: dict[Direction, GridSeries] = {}
+    directions = sorted({d for p in parts for d in p})
+    for d in directions:
+        series = [p[d] for p in parts if d in p]
+        dt = series[0].dt
+        t0 = max(s.t0 for s in series)
+        t1 = min(s.t0 + s.duration_s for s in series)
+        n = int((t1 - t0) / dt)
+        if n < 8:
+            raise InputFormatError(
+                "<counters>", "the counter files do not overlap in time; analyze them one by one"
+            )
+        total = np.zeros(n)
+        valid = np.ones(n, dtype=bool)
+        for s in series:
+            k = round((t0 - s.t0) / s.dt)
+            seg = s.rate[k : k + n]
+            total += np.nan_to_num(seg)
+            valid &= s.valid[k : k + n]
+        out[d] = GridSeries(
+            t0=t0,
+            dt=dt,
+            rate=np.where(valid, total, np.nan),
+            valid=valid,
+            resets=sum(s.resets for s in series),
+            wraps=sum(s.wraps for s in series),
+        )
+    return out
+
+
+def _counters(paths: Sequence[Path]) -> tuple[dict[Direction, GridSeries], float]:
+    tables = [read_counters_csv(p) for p in paths]
+    dt = min(nominal_interval(t.times) for t in tables)
+    grids = []
+    for path, table in zip(paths, tables, strict=True):
+        try:
+            grids.append(direction_grids(table.times, table.columns, present=table.present, dt=dt))
+        except ValueError as exc:
+            raise InputFormatError(path, str(exc)) from None
+    return _combine_grids(grids), dt
+
+
+def _gpu(paths: Sequence[Path]) -> GpuSamples:
+    times: list[npt.NDArray[np.float64]] = []
+    gpus: list[npt.NDArray[np.int64]] = []
+    signals: dict[str, list[npt.NDArray[np.float64]]] = {}
+    offset = 0
+    for path in paths:
+        table = read_gpu_csv(path)
+        times.append(table.times)
+        gpus.append(table.gpu + offset)
+        offset += int(table.gpu.max()) + 1
+        for name, values in table.signals.items():
+            signals.setdefault(name, []).append(values)
+    n_files = len(paths)
+    merged = {k: np.concatenate(v) for k, v in signals.items() if len(v) == n_files}
+    return GpuSamples(times=np.concatenate(times), gpu=np.concatenate(gpus), signals=merged)
+
+
+def collective_mix(summary: NcclLogSummary) -> CollectiveMix:
+    """The estimator's view of an NCCL log summary."""
+    processes = len({(k[0], k[1]) for k in summary.comm_keys}) if summary.comm_keys else 0
+    return CollectiveMix(
+        ops={op: (s.count, s.bytes) for op, s in summary.collectives.items()},
+        nranks=summary.nranks,
+        call_times=summary.call_times_s,
+        call_bytes=summary.call_bytes,
+        warnings=summary.warn_count,
+        version=summary.version,
+        processes=processes,
+    )
+
+
+def _pcap(paths: Sequence[Path]) -> tuple[dict[Direction, GridSeries], list[Capture]]:
+    captures = [read_capture(p) for p in paths]
+    usable = [
+        c
+        for c in captures
+        if c.stats.packets >= 2
+        and c.stats.first_time_s is not None
+        and c.stats.last_time_s is not None
+    ]
+    if not usable:
+        raise InputFormatError(paths[0], "the capture holds fewer than two timed packets")
+    # Captures need not be in time order: take the extremes, not the first and last records.
+    t0 = min(float(c.stats.first_time_s or 0.0) for c in usable)
+    t1 = max(float(c.stats.last_time_s or 0.0) for c in usable)
+    span = max(t1 - t0, PCAP_MIN_BIN_S)
+    bin_s = max(PCAP_MIN_BIN_S, span / PCAP_MAX_BINS)
+    n = int(np.floor(span / bin_s)) + 1  # the last frame may sit exactly on the last edge
+    tx = np.zeros(n)
+    rx = np.zeros(n)
+    for c in usable:
+        a, b = bin_bytes(c, t0=t0, bin_s=bin_s, n_bins=n)
+        tx += a
+        rx += b
+    valid = np.ones(n, dtype=bool)
+    grids = {
+        "tx": GridSeries(t0=t0, dt=bin_s, rate=tx / bin_s, valid=valid),
+        "rx": GridSeries(t0=t0, dt=bin_s, rate=rx / bin_s, valid=valid.copy()),
+    }
+    return grids, captures
+
+
+def analyze_files(
+    *,
+    counters: Sequence[Path] = (),
+    gpu: Sequence[Path] = (),
+    nccl_logs: Sequence[Path] = (),
+    pcaps: Sequence[Path] = (),
+) -> AnalysisResult:
+    """Read the given files and estimate. Raises :class:`InputFormatError` on bad input."""
+    sources: dict[str, list[str]] = {}
+    extra: dict[str, Any] = {}
+    network: dict[Direction, GridSeries] = {}
+    network_source: str | None = None
+    counter_dt: float | None = None
+    if counters:
+        network, counter_dt = _counters(counters)
+        network_source = "counters"
+        sources["counters"] = [str(p) for p in counters]
+    if pcaps:
+        pcap_grids, captures = _pcap(pcaps)
+        sources["pcap"] = [str(p) for p in pcaps]
+        extra["capture"] = _capture_summary(captures, pcap_grids)
+        # The finer series wins: B needs samples shorter than the bursts.
+        if counter_dt is None or pcap_grids["tx"].dt < counter_dt:
+            network, network_source = pcap_grids, "pcap"
+    gpu_samples = _gpu(gpu) if gpu else None
+    if gpu:
+        sources["gpu"] = [str(p) for p in gpu]
+    mix: CollectiveMix | None = None
+    if nccl_logs:
+        summary = read_nccl_logs(nccl_logs)
+        mix = collective_mix(summary)
+        sources["nccl_log"] = [str(p) for p in nccl_logs]
+        extra["nccl"] = {
+            "version": summary.version,
+            "lines": summary.lines_total,
+            "nccl_lines": summary.nccl_lines,
+            "unparsed_nccl_lines": summary.unparsed_nccl_lines,
+            "warn_lines": summary.warn_count,
+            "processes": mix.processes,
+            "timestamps": summary.has_timestamps,
+            "networks": list(summary.networks),
+            "unknown_ops": dict(summary.unknown_ops),
+        }
+    if not sources:
+        raise InputFormatError("<none>", "no input: give --counters, --gpu, --nccl-log or --pcap")
+    est = estimate(
+        EstimateInputs(
+            network=network, network_source=network_source, gpu=gpu_samples, collectives=mix
+        )
+    )
+    return AnalysisResult(estimate=est, sources=sources, extra=extra)
+
+
+def _capture_summary(captures: list[Capture], grids: dict[Direction, GridSeries]) -> dict[str, Any]:
+    packets = sum(c.stats.packets for c in captures)
+    span = grids["tx"].duration_s
+    return {
+        "packets": packets,
+        "bytes": sum(c.stats.bytes for c in captures),
+        "packet_rate_per_s": packets / span if span > 0 else None,
+        "flows": sum(c.stats.flows for c in captures),
+        "roce_packets": sum(c.stats.roce_packets for c in captures),
+        "roce_qps": sum(c.stats.roce_qps for c in captures),
+        "cnp_packets": sum(c.stats.cnp_packets for c in captures),
+        "cnp_rate_per_s": (sum(c.stats.cnp_packets for c in captures) / span if span > 0 else None),
+        "truncated_files": [str(i) for i, c in enumerate(captures) if c.stats.truncated],
+        "bin_s": grids["tx"].dt,
+    }

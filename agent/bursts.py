@@ -1,0 +1,145 @@
+"""Burst bandwidth B, duty cycle D and bytes per iteration V of a rate series.
+
+Estimators (research/period_estimation.md §3.6):
+
+* samples are classified on/off against the midpoint of the two levels (2-means), smoothed
+  first only when the noise would otherwise flip samples;
+* both masks are eroded so that samples straddling a burst edge (counter semantics: a partial
+  value) never enter either level — this is what makes B unbiased by edges;
+* **B** = mean of the on-core: the link rate while a burst is in progress (the mean, not the
+  median: background traffic is skewed, and B·D·T must add up to the bytes moved);
+* **D** = (mean − off) / (on − off) with *means* of the cores: energy conservation, so every
+  burst counts, including micro-bursts and layer trains, and every straddling sample counts
+  exactly by its share;
+* **V** = (mean − off) · T: bytes per iteration, identifiable even when bursts are shorter
+  than a sample (then B and D are not, and are reported as unresolved).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from agent.levels import boxcar, erode, level_noise, two_means
+
+__all__ = ["BurstStats", "burst_stats"]
+
+FloatArray = npt.NDArray[np.float64]
+
+#: Fewest on-core samples for which a median is called a burst bandwidth.
+MIN_CORE_SAMPLES = 3
+
+
+@dataclass(frozen=True)
+class BurstStats:
+    """On/off structure of a rate series. ``None`` means "cannot be told from this data"."""
+
+    burst_bandwidth: float | None
+    off_level: float
+    on_level: float
+    on_ratio: float | None
+    mean_rate: float
+    bytes_per_period: float | None
+    bursts: int
+    mean_burst_s: float | None
+    mean_gap_s: float | None
+    resolved: bool
+    reliable: bool
+    noise: float
+    on_mask: npt.NDArray[np.bool_] | None = None
+
+    @property
+    def has_bursts(self) -> bool:
+        """True when an on level stands clearly above the background."""
+        return self.on_ratio is not None and self.bursts > 0
+
+
+def _runs(mask: npt.NDArray[np.bool_]) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """Start and end (exclusive) indices of the True runs of ``mask``."""
+    padded = np.concatenate(([False], mask, [False]))
+    change = np.flatnonzero(padded[1:] != padded[:-1])
+    return change[0::2].astype(np.int64), change[1::2].astype(np.int64)
+
+
+def burst_stats(
+    rate: FloatArray,
+    dt: float,
+    period_s: float | None = None,
+    *,
+    min_contrast_sigmas: float = 6.0,
+) -> BurstStats:
+    """B, D, V and the burst count of one direction's rate series.
+
+    Args:
+        rate: bytes/s per grid slot; NaN slots are left out of every statistic.
+        dt: grid step in seconds.
+        period_s: T if known (for V and the smoothing cap).
+        min_contrast_sigmas: the on level must stand this many noise σ above the off level
+            to be called a burst at all; otherwise the traffic is flat (or silent).
+    """
+    x = np.asarray(rate, dtype=np.float64)
+    finite = np.isfinite(x)
+    values = x[finite]
+    if values.size < 8:
+        return BurstStats(None, 0.0, 0.0, None, 0.0, None, 0, None, None, False, False, 0.0)
+    mean = float(values.mean())
+    lo, hi = two_means(values)
+    noise = level_noise(values, lo, hi)
+    contrast = hi - lo
+    if contrast <= 0 or contrast < min_contrast_sigmas * noise:
+        return BurstStats(None, lo, hi, None, mean, None, 0, None, None, False, False, noise)
+
+    filled = np.where(finite, x, lo)
+    u = (filled - lo) / contrast
+    rel_noise = noise / contrast
+    width = 1
+    if rel_noise > 0.1:
+        width = math.ceil((rel_noise / 0.1) ** 2)
+        if period_s is not None:
+            width = min(width, max(1, int(period_s / dt / 8)))
+        u = boxcar(u, width)
+    on = (u >= 0.5) & finite
+    off = (u < 0.5) & finite
+    radius = width // 2 + 1
+    on_core = erode(on, radius)
+    off_core = erode(off, radius)
+    starts, ends = _runs(on)
+    bursts = int(starts.size)
+    mean_burst = float(np.mean(ends - starts) * dt) if bursts else None
+    gap_starts, gap_ends = _runs(off)
+    mean_gap = float(np.mean(gap_ends - gap_starts) * dt) if gap_starts.size else None
+
+    off_vals = x[off_core]
+    off_level = float(off_vals.mean()) if off_vals.size else lo
+    on_vals = x[on_core]
+    resolved = on_vals.size >= MIN_CORE_SAMPLES
+    if resolved:
+        on_level = float(on_vals.mean())
+        b = on_level
+    else:
+        b = None
+        on_level = hi
+    height = on_level - off_level
+    on_ratio = (mean - off_level) / height if height > 0 else None
+    if on_ratio is not None:
+        on_ratio = float(min(1.0, max(0.0, on_ratio)))
+    v = (mean - off_level) * period_s if period_s is not None else None
+    reliable = resolved and noise / max(height, 1e-300) / math.sqrt(width) <= 0.3
+    return BurstStats(
+        burst_bandwidth=b,
+        off_level=off_level,
+        on_level=on_level,
+        on_ratio=on_ratio,
+        mean_rate=mean,
+        bytes_per_period=v,
+        bursts=bursts,
+        mean_burst_s=mean_burst,
+        mean_gap_s=mean_gap,
+        resolved=resolved,
+        reliable=reliable,
+        noise=noise,
+        on_mask=on,
+    )

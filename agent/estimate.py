@@ -1,0 +1,343 @@
+"""One estimate of T, B, D, regime and collective mix from whatever sources are at hand.
+
+This is the single composition used by both ``commpulse analyze`` (whole files) and the live
+pipeline (rolling windows): same inputs, same numbers. Pure: numpy arrays in, a frozen
+:class:`Estimate` out.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from agent.bursts import BurstStats, burst_stats
+from agent.period import DetectorSettings, PeriodResult, estimate_period
+from agent.rates import Direction, GridSeries
+from agent.regime import IDLE_BYTES_PER_S, RegimeFeatures, classify_regime, collective_shares
+from agent.separation import DutySplit, best_signal, gpu_windows, split_duty
+
+__all__ = ["CollectiveMix", "Estimate", "EstimateInputs", "GpuSamples", "estimate"]
+
+FloatArray = npt.NDArray[np.float64]
+
+
+@dataclass(frozen=True)
+class GpuSamples:
+    """GPU activity samples on the same time axis as the network series."""
+
+    times: FloatArray
+    gpu: npt.NDArray[np.int64]
+    signals: Mapping[str, FloatArray]
+
+
+@dataclass(frozen=True)
+class CollectiveMix:
+    """What the NCCL log says: per-op (count, bytes), world size, and timed calls."""
+
+    ops: Mapping[str, tuple[int, int]]
+    nranks: int | None
+    call_times: FloatArray = field(default_factory=lambda: np.empty(0))
+    call_bytes: FloatArray = field(default_factory=lambda: np.empty(0))
+    warnings: int = 0
+    version: str | None = None
+    processes: int = 0
+
+    @property
+    def calls(self) -> int:
+        """Number of COLL lines."""
+        return sum(c for c, _ in self.ops.values())
+
+
+@dataclass(frozen=True)
+class EstimateInputs:
+    """Everything an estimate may use; any part may be missing."""
+
+    network: Mapping[Direction, GridSeries] = field(default_factory=dict)
+    network_source: str | None = None
+    gpu: GpuSamples | None = None
+    collectives: CollectiveMix | None = None
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """T, B, D and friends; ``None`` wherever the data cannot say."""
+
+    period_s: float | None
+    burst_bandwidth: float | None
+    duty_cycle: float | None
+    confidence: float
+    regime: str
+    network_on_ratio: float | None
+    nranks: int | None
+    collectives: Mapping[str, tuple[int, int]]
+    inner_period_s: float | None = None
+    bytes_per_iteration: float | None = None
+    step_bytes: float | None = None
+    mean_bandwidth: float | None = None
+    background_bandwidth: float | None = None
+    duty_cycle_source: str | None = None
+    period_source: str | None = None
+    direction: str | None = None
+    gpu_signal: str | None = None
+    exposed_ratio: float | None = None
+    overlapped_ratio: float | None = None
+    compute_ratio: float | None = None
+    bursts: int = 0
+    bursts_per_period: float | None = None
+    burst_resolved: bool = False
+    period_cycles: float = 0.0
+    period_method: str = "none"
+    window_s: float = 0.0
+    warnings: tuple[str, ...] = ()
+    period_detail: PeriodResult | None = field(default=None, repr=False, compare=False)
+    burst_detail: BurstStats | None = field(default=None, repr=False, compare=False)
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``analyze --json`` object: the contract keys first, then the extras."""
+
+        def num(v: float | None) -> float | None:
+            return None if v is None or not math.isfinite(v) else float(v)
+
+        return {
+            "period_s": num(self.period_s),
+            "burst_bandwidth_bytes_per_s": num(self.burst_bandwidth),
+            "duty_cycle": num(self.duty_cycle),
+            "confidence": float(self.confidence),
+            "regime": self.regime,
+            "network_on_ratio": num(self.network_on_ratio),
+            "nranks": self.nranks,
+            "collectives": {
+                op: {"count": int(c), "bytes": int(b)}
+                for op, (c, b) in sorted(self.collectives.items())
+            },
+            "inner_period_s": num(self.inner_period_s),
+            "bytes_per_iteration": num(self.bytes_per_iteration),
+            "collective_bytes_per_step": num(self.step_bytes),
+            "mean_bandwidth_bytes_per_s": num(self.mean_bandwidth),
+            "background_bandwidth_bytes_per_s": num(self.background_bandwidth),
+            "duty_cycle_source": self.duty_cycle_source,
+            "period_source": self.period_source,
+            "direction": self.direction,
+            "gpu_signal": self.gpu_signal,
+            "exposed_comm_ratio": num(self.exposed_ratio),
+            "overlapped_comm_ratio": num(self.overlapped_ratio),
+            "compute_ratio": num(self.compute_ratio),
+            "bursts": self.bursts,
+            "bursts_per_period": num(self.bursts_per_period),
+            "burst_resolved": self.burst_resolved,
+            "period_cycles": num(self.period_cycles),
+            "period_method": self.period_method,
+            "window_s": num(self.window_s),
+            "warnings": list(self.warnings),
+        }
+
+
+def _busier(network: Mapping[Direction, GridSeries]) -> tuple[Direction, GridSeries] | None:
+    """The direction that carries more bytes (tx/rx preferred over an undirected total)."""
+    directed = {d: g for d, g in network.items() if d in ("tx", "rx")} or dict(network)
+    best: tuple[Direction, GridSeries] | None = None
+    best_mean = -math.inf
+    for d, g in sorted(directed.items()):
+        finite = g.rate[np.isfinite(g.rate)]
+        mean = float(finite.mean()) if finite.size else -math.inf
+        if mean > best_mean:
+            best, best_mean = (d, g), mean
+    return best
+
+
+def _whole_periods(grid: GridSeries, period: PeriodResult) -> GridSeries:
+    """The grid cut to whole periods, from the first main-burst start to the last.
+
+    A window that ends in the middle of a burst (the live case: "now") would bias the energy
+    duty cycle by up to one partial period; whole periods make it exact.
+    """
+    edges = period.rising_edges_s
+    if period.period_s is None or edges is None or edges.size < 3:
+        return grid
+    i0 = int(np.floor((float(edges[0]) - grid.t0) / grid.dt))
+    i1 = int(np.floor((float(edges[-1]) - grid.t0) / grid.dt))
+    if i0 < 0 or i1 > grid.rate.size or i1 - i0 < 16:
+        return grid
+    return GridSeries(
+        t0=grid.t0 + i0 * grid.dt,
+        dt=grid.dt,
+        rate=grid.rate[i0:i1],
+        valid=grid.valid[i0:i1],
+        resets=grid.resets,
+        wraps=grid.wraps,
+    )
+
+
+def _events_series(times: FloatArray, weights: FloatArray) -> tuple[FloatArray, float, float]:
+    """Bin timed events (NCCL COLL lines) into a rate series for the period detector."""
+    span = float(times[-1] - times[0])
+    dt = max(1e-3, span / 2**18)
+    n = max(1, int(span / dt) + 1)
+    idx = np.minimum(((times - times[0]) / dt).astype(np.int64), n - 1)
+    series = np.bincount(idx, weights=weights, minlength=n) / dt
+    return series, dt, float(times[0])
+
+
+def _log_period(mix: CollectiveMix, settings: DetectorSettings) -> PeriodResult | None:
+    ok = np.isfinite(mix.call_times)
+    if ok.sum() < 8:
+        return None
+    times = np.sort(mix.call_times[ok])
+    weights = mix.call_bytes[ok] if mix.call_bytes.size == mix.call_times.size else None
+    if weights is None or not np.isfinite(weights).all() or float(np.sum(weights)) <= 0:
+        weights = np.ones(times.size)
+    else:
+        weights = weights[np.argsort(mix.call_times[ok], kind="stable")]
+    if times[-1] - times[0] <= 0:
+        return None
+    series, dt, t0 = _events_series(times, weights)
+    return estimate_period(series, dt, t0=t0, settings=settings)
+
+
+def _step_bytes(mix: CollectiveMix | None, period: float | None) -> float | None:
+    """S: collective bytes one rank issues per step (nccl-tests' S summed over its calls).
+
+    Needs timestamps to count the steps the log spans; each process logs its own calls.
+    """
+    if mix is None or period is None or mix.processes < 1:
+        return None
+    times = mix.call_times[np.isfinite(mix.call_times)]
+    if times.size < 2:
+        return None
+    steps = round(float(times.max() - times.min()) / period) + 1
+    total = float(np.nansum(mix.call_bytes))
+    return total / mix.processes / steps if total > 0 else None
+
+
+def estimate(
+    inputs: EstimateInputs,
+    *,
+    settings: DetectorSettings | None = None,
+    idle_bytes_per_s: float = IDLE_BYTES_PER_S,
+) -> Estimate:
+    """Estimate T, B, D, the D split, the regime and the collective mix."""
+    cfg = settings or DetectorSettings()
+    warnings: list[str] = []
+    mix = inputs.collectives
+    collectives = dict(mix.ops) if mix is not None else {}
+    nranks = mix.nranks if mix is not None else None
+
+    period: PeriodResult | None = None
+    bursts: BurstStats | None = None
+    direction: str | None = None
+    grid: GridSeries | None = None
+    period_source: str | None = None
+    chosen = _busier(inputs.network) if inputs.network else None
+    if chosen is not None:
+        direction, grid = chosen
+        period = estimate_period(grid.rate, grid.dt, t0=grid.t0, settings=cfg)
+        period_source = inputs.network_source
+        grid = _whole_periods(grid, period)
+        bursts = burst_stats(grid.rate, grid.dt, period.period_s)
+        if grid.resets:
+            warnings.append(f"{grid.resets} counter reset(s): those intervals were left out")
+    elif mix is not None:
+        period = _log_period(mix, cfg)
+        if period is not None:
+            period_source = "nccl_log"
+        elif mix.calls:
+            warnings.append(
+                "the NCCL log has no timestamps on its COLL lines, so T cannot come from it: "
+                "set NCCL_DEBUG_TIMESTAMP_LEVELS=INFO (NCCL >= 2.26) or give --counters"
+            )
+    if period is not None:
+        warnings.extend(period.warnings)
+
+    t = period.period_s if period is not None else None
+    b = bursts.burst_bandwidth if bursts is not None and bursts.has_bursts else None
+    on_ratio = bursts.on_ratio if bursts is not None else None
+    if bursts is not None and not bursts.has_bursts:
+        on_ratio = 0.0 if bursts.mean_rate < idle_bytes_per_s else None
+    if bursts is not None and bursts.has_bursts and not bursts.resolved:
+        warnings.append(
+            "bursts are shorter than 3 samples: B and D cannot be resolved at this poll rate "
+            "(T and bytes per iteration still hold); poll faster"
+        )
+
+    split: DutySplit | None = None
+    gpu_signal: str | None = None
+    if inputs.gpu is not None and grid is not None and bursts is not None and bursts.has_bursts:
+        gpu_signal = best_signal(set(inputs.gpu.signals))
+        if gpu_signal is not None:
+            windows = gpu_windows(inputs.gpu.times, inputs.gpu.gpu, inputs.gpu.signals[gpu_signal])
+            phases = [v for v in (bursts.mean_burst_s, bursts.mean_gap_s) if v is not None]
+            shortest = min(phases) if phases else None
+            split = split_duty(
+                grid.rate,
+                grid.t0,
+                grid.dt,
+                bursts.off_level,
+                bursts.on_level,
+                windows,
+                signal=gpu_signal,
+                shortest_phase_s=shortest,
+            )
+            if split.reason:
+                warnings.append(split.reason)
+
+    if split is not None and split.exposed is not None:
+        duty: float | None = split.exposed
+        duty_source: str | None = "gpu_exposed"
+    else:
+        duty = on_ratio if t is not None or (bursts is not None and bursts.has_bursts) else None
+        duty_source = "network" if duty is not None else None
+
+    shares = collective_shares(collectives) if collectives else None
+    duration = grid.duration_s if grid is not None else 0.0
+    bursts_per_period = None
+    if t is not None and bursts is not None and duration > 0:
+        bursts_per_period = bursts.bursts * t / duration
+    features = RegimeFeatures(
+        periodic=t is not None,
+        inner_period=period is not None and period.inner_period_s is not None,
+        bursts_per_period=bursts_per_period,
+        bursty=bursts is not None and bursts.has_bursts,
+        bursts=bursts.bursts if bursts is not None else 0,
+        mean_rate=bursts.mean_rate if bursts is not None else None,
+        collective_calls=mix.calls if mix is not None else None,
+        gather_share=shares[0] if shares else None,
+        sparse_share=shares[1] if shares else None,
+    )
+    regime = classify_regime(features, idle_bytes_per_s=idle_bytes_per_s)
+    step_bytes = _step_bytes(mix, t)
+    return Estimate(
+        period_s=t,
+        burst_bandwidth=b,
+        duty_cycle=duty,
+        confidence=period.confidence if period is not None else 0.0,
+        regime=regime,
+        network_on_ratio=on_ratio,
+        nranks=nranks,
+        collectives=collectives,
+        inner_period_s=period.inner_period_s if period is not None else None,
+        bytes_per_iteration=bursts.bytes_per_period if bursts is not None and t else None,
+        step_bytes=step_bytes,
+        mean_bandwidth=bursts.mean_rate if bursts is not None else None,
+        background_bandwidth=bursts.off_level if bursts is not None and bursts.has_bursts else None,
+        duty_cycle_source=duty_source,
+        period_source=period_source if t is not None else None,
+        direction=direction,
+        gpu_signal=gpu_signal,
+        exposed_ratio=split.exposed if split is not None else None,
+        overlapped_ratio=split.overlapped if split is not None else None,
+        compute_ratio=split.compute_fraction if split is not None else None,
+        bursts=bursts.bursts if bursts is not None else 0,
+        bursts_per_period=bursts_per_period,
+        burst_resolved=bool(bursts is not None and bursts.resolved),
+        period_cycles=period.cycles if period is not None else 0.0,
+        period_method=period.method if period is not None else "none",
+        window_s=duration,
+        warnings=tuple(warnings),
+        period_detail=period,
+        burst_detail=bursts,
+    )

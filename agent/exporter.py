@@ -1,0 +1,182 @@
+"""Prometheus exposition of the latest snapshot.
+
+A custom collector: each scrape turns the latest :class:`agent.pipeline.Snapshot` into metric
+families and does no other work (no I/O, no estimation). Names follow the contract in
+DESIGN.md and Prometheus' conventions: base units, ``_ratio`` for 0..1, ``_total`` only on
+counters, no host label (Prometheus adds ``instance``).
+"""
+
+from __future__ import annotations
+
+import errno
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    InfoMetricFamily,
+    Metric,
+)
+from prometheus_client.registry import Collector, CollectorRegistry
+
+from agent import __version__
+from agent.errors import ExportError
+from agent.pipeline import Snapshot, SnapshotStore
+from agent.regime import REGIMES
+
+__all__ = ["SnapshotCollector", "start_metrics_server"]
+
+
+def _gauge(name: str, doc: str, value: float | None) -> GaugeMetricFamily | None:
+    """A single-sample gauge, or nothing at all when the value is unknown (never a fake 0)."""
+    if value is None:
+        return None
+    g = GaugeMetricFamily(name, doc)
+    g.add_metric([], float(value))
+    return g
+
+
+class SnapshotCollector(Collector):
+    """Yields the contract metrics (and the agent's own health) from the snapshot store."""
+
+    def __init__(self, store: SnapshotStore) -> None:
+        self._store = store
+
+    def collect(self) -> Iterator[Metric]:
+        """Build the families for one scrape."""
+        info = InfoMetricFamily("commpulse_build", "commpulse version.")
+        info.add_metric([], {"version": __version__})
+        yield info
+        snap = self._store.latest()
+        if snap is None:
+            return
+        yield from self._health(snap)
+        est = snap.estimate
+        if est is None:
+            return
+        families: list[GaugeMetricFamily | None] = [
+            _gauge("commpulse_sync_period_seconds", "T: sync period of the collective burst "
+                   "train (absent while no period is detected).", est.period_s),
+            _gauge("commpulse_burst_bandwidth_bytes_per_second", "B: link bandwidth while a "
+                   "burst is in progress (busier direction, summed over devices).",
+                   est.burst_bandwidth),
+            _gauge("commpulse_duty_cycle_ratio", "D: communication time / T. Above 0.5 the "
+                   "network is the bottleneck.", est.duty_cycle),
+            _gauge("commpulse_period_confidence_ratio", "Confidence of T, 0..1.",
+                   est.confidence),
+            _gauge("commpulse_network_on_ratio", "Fraction of time the links are in a burst.",
+                   est.network_on_ratio),
+            _gauge("commpulse_inner_period_seconds", "Inner period of a nested step (layer "
+                   "or micro-step spacing).", est.inner_period_s),
+            _gauge("commpulse_iteration_bytes", "V: bytes on the wire per step (B·D·T).",
+                   est.bytes_per_iteration),
+            _gauge("commpulse_mean_bandwidth_bytes_per_second", "Mean link bandwidth over the "
+                   "window (busier direction).", est.mean_bandwidth),
+            _gauge("commpulse_exposed_comm_ratio", "Communication not hidden by compute, as a "
+                   "fraction of time (needs an SM- or tensor-activity GPU signal).",
+                   est.exposed_ratio),
+            _gauge("commpulse_overlapped_comm_ratio", "Communication overlapped with compute, "
+                   "as a fraction of time.", est.overlapped_ratio),
+            _gauge("commpulse_gpu_compute_ratio", "Fraction of time the GPUs compute.",
+                   est.compute_ratio),
+            _gauge("commpulse_nranks", "World size of the largest communicator in the NCCL "
+                   "log.", est.nranks),
+            _gauge("commpulse_estimate_window_seconds", "Length of the window the estimate "
+                   "was computed over.", est.window_s),
+        ]  # fmt: skip
+        yield from (f for f in families if f is not None)
+        regime = GaugeMetricFamily(
+            "commpulse_workload_regime",
+            "1 for the current workload regime, 0 for the others.",
+            labels=["regime"],
+        )
+        for name in REGIMES:
+            regime.add_metric([name], 1.0 if est.regime == name else 0.0)
+        yield regime
+        detail = InfoMetricFamily("commpulse_estimate", "Where the current T and D come from.")
+        detail.add_metric(
+            [],
+            {
+                "duty_cycle_source": est.duty_cycle_source or "none",
+                "period_source": est.period_source or "none",
+                "gpu_signal": est.gpu_signal or "none",
+                "direction": est.direction or "none",
+            },
+        )
+        yield detail
+        if est.collectives:
+            calls = CounterMetricFamily(
+                "commpulse_collective_calls", "COLL lines seen, by op.", labels=["op"]
+            )
+            nbytes = CounterMetricFamily(
+                "commpulse_collective_bytes",
+                "Sum of the collectives' S (nccl-tests definition), by op.",
+                labels=["op"],
+            )
+            for op, (count, total) in sorted(est.collectives.items()):
+                calls.add_metric([op], float(count))
+                nbytes.add_metric([op], float(total))
+            yield calls
+            yield nbytes
+
+    @staticmethod
+    def _health(snap: Snapshot) -> Iterator[Metric]:
+        up = GaugeMetricFamily(
+            "commpulse_source_up", "1 while a source delivers data.", labels=["source"]
+        )
+        readings = CounterMetricFamily(
+            "commpulse_source_readings", "Readings delivered, by source.", labels=["source"]
+        )
+        dropped = CounterMetricFamily(
+            "commpulse_discarded_samples",
+            "Readings dropped because the queue was full, by source.",
+            labels=["source"],
+        )
+        errors = CounterMetricFamily(
+            "commpulse_source_errors", "Failures of a source (it is retried).", labels=["source"]
+        )
+        for h in snap.sources:
+            up.add_metric([h.name], 1.0 if h.up else 0.0)
+            readings.add_metric([h.name], float(h.readings))
+            dropped.add_metric([h.name], float(h.dropped))
+            errors.add_metric([h.name], float(h.errors))
+        yield up
+        yield readings
+        yield dropped
+        yield errors
+        duration = GaugeMetricFamily(
+            "commpulse_estimator_duration_seconds", "Run time of the last estimate."
+        )
+        duration.add_metric([], snap.estimator_seconds)
+        yield duration
+        age = GaugeMetricFamily(
+            "commpulse_estimate_age_seconds", "Seconds since the last estimate was published."
+        )
+        age.add_metric([], max(0.0, time.time() - snap.wall_time_s))
+        yield age
+        count = CounterMetricFamily("commpulse_estimates", "Estimates published.")
+        count.add_metric([], float(snap.estimates))
+        yield count
+
+
+def start_metrics_server(store: SnapshotStore, *, addr: str, port: int) -> tuple[Any, int]:
+    """Serve ``/metrics`` on a daemon thread; returns (server, bound port).
+
+    Uses a registry of its own (no process/GC collectors of other libraries leak in).
+    """
+    from prometheus_client import start_http_server
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(SnapshotCollector(store))
+    try:
+        server, _thread = start_http_server(port, addr=addr, registry=registry)
+    except OSError as exc:
+        if exc.errno == errno.EADDRINUSE:
+            raise ExportError(
+                f"port {port} on {addr} is already in use; pick another with --port "
+                "(0 picks a free one)"
+            ) from None
+        raise ExportError(f"cannot listen on {addr}:{port}: {exc.strerror or exc}") from None
+    return server, int(server.server_port)

@@ -1,0 +1,124 @@
+"""Two-level (on/off) statistics of a bursty rate series.
+
+Training traffic is a square wave: silence while the GPUs compute, a burst at the sync point.
+Both the period refinement (edge timing) and the burst statistics (B, D) start from the same
+question — where is "off", where is "on" — so it is answered once, here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+__all__ = ["OnOffLevels", "boxcar", "erode", "level_noise", "robust_noise", "two_means"]
+
+FloatArray = npt.NDArray[np.float64]
+BoolArray = npt.NDArray[np.bool_]
+
+
+@dataclass(frozen=True)
+class OnOffLevels:
+    """The two levels of a bursty series and its sample-to-sample noise."""
+
+    off: float
+    on: float
+    noise: float
+
+    @property
+    def contrast(self) -> float:
+        """``on - off``: the burst height above the background."""
+        return self.on - self.off
+
+
+def two_means(x: FloatArray, *, iterations: int = 30) -> tuple[float, float]:
+    """1-D 2-means (Lloyd) for the off and on levels of ``x`` (finite values only).
+
+    Starts from the 1st and 99.9th percentiles: a median or 5/95 % start collapses both levels
+    into the background when bursts fill less than 5 % of the time.
+    """
+    if x.size == 0:
+        return 0.0, 0.0
+    lo, hi = (float(v) for v in np.percentile(x, [1.0, 99.9]))
+    if hi <= lo:
+        return lo, hi
+    for _ in range(iterations):
+        threshold = 0.5 * (lo + hi)
+        upper = x >= threshold
+        n_up = int(np.count_nonzero(upper))
+        if n_up in (0, x.size):
+            break
+        new_hi = float(x[upper].mean())
+        new_lo = float(x[~upper].mean())
+        if (
+            abs(new_hi - hi) <= 1e-9 * abs(hi) + 1e-12
+            and abs(new_lo - lo) <= 1e-9 * abs(lo) + 1e-12
+        ):
+            lo, hi = new_lo, new_hi
+            break
+        lo, hi = new_lo, new_hi
+    return lo, hi
+
+
+def robust_noise(x: FloatArray) -> float:
+    """Per-sample white-noise σ from the median absolute first difference.
+
+    Square-wave edges are rare, so they barely move the median; the signal itself cancels in
+    the difference. 1.4826 turns a MAD into a Gaussian σ; √2 undoes the differencing.
+    """
+    if x.size < 3:
+        return 0.0
+    return float(1.4826 * np.median(np.abs(np.diff(x))) / np.sqrt(2.0))
+
+
+def level_noise(x: FloatArray, lo: float, hi: float) -> float:
+    """Noise σ around the two levels, from consecutive pairs that sit on the same plateau.
+
+    Unlike :func:`robust_noise`, edges do not inflate it even when they are frequent (a layer
+    train has an edge every few samples): only pairs whose both samples lie in the outer
+    quarter of the range on one side count. The larger of the two plateaus' σ is returned.
+    """
+    if x.size < 3 or hi <= lo:
+        return robust_noise(x)
+    quarter = 0.25 * (hi - lo)
+    a, b = x[:-1], x[1:]
+    sigmas = []
+    for both in (
+        (a <= lo + quarter) & (b <= lo + quarter),
+        (a >= hi - quarter) & (b >= hi - quarter),
+    ):
+        if int(both.sum()) >= 10:
+            d = np.abs(a[both] - b[both])
+            sigmas.append(float(1.4826 * np.median(d) / np.sqrt(2.0)))
+    return max(sigmas) if sigmas else robust_noise(x)
+
+
+def boxcar(x: FloatArray, width: int) -> FloatArray:
+    """Centred moving average of odd ``width`` with edge samples averaged over what exists."""
+    if width <= 1:
+        return x
+    width |= 1
+    half = width // 2
+    csum = np.concatenate(([0.0], np.cumsum(x)))
+    idx = np.arange(x.size)
+    hi = np.minimum(idx + half + 1, x.size)
+    lo = np.maximum(idx - half, 0)
+    out: FloatArray = (csum[hi] - csum[lo]) / (hi - lo)
+    return out
+
+
+def erode(mask: BoolArray, radius: int) -> BoolArray:
+    """Keep a True sample only if every sample within ``radius`` is True as well."""
+    if radius <= 0 or mask.size == 0:
+        return mask.copy()
+    run = np.concatenate(([0], np.cumsum(~mask)))
+    idx = np.arange(mask.size)
+    hi = np.minimum(idx + radius + 1, mask.size)
+    lo = np.maximum(idx - radius, 0)
+    falses = run[hi] - run[lo]
+    out: BoolArray = (falses == 0) & mask
+    # Samples whose window runs past either end cannot be certified as interior.
+    out[:radius] = False
+    out[mask.size - radius :] = False
+    return out

@@ -1,0 +1,708 @@
+"""The sync period T of a bursty rate series, or an honest "no period".
+
+Method (research/period_estimation.md §3), in short:
+
+* a constant-Q pyramid (CIC-3 decimation by 4 per level) so one input stream covers periods
+  from a few samples to many minutes with a few thousand samples per level;
+* per level, periodogram peaks nominate candidate lags, which are validated and climbed on
+  the NSDF (McLeod's normalised autocorrelation); sub-multiples of every candidate are added;
+* the fundamental is chosen YIN-style: the smallest lag whose multiples repeat as well as the
+  best one — this removes both harmonic (T/2) and sub-harmonic (2T) errors;
+* significance: the NSDF height at T over its block-jackknife standard error (deflated by a
+  Student-t factor when blocks are few) or over a Bartlett null from the periodogram floor;
+* across levels, a coarser period at least 3× the finer one, at which the finer one is no
+  longer visible, is the iteration period and the finer one its inner period (gradient
+  accumulation, ZeRO-3 layer trains);
+* refinement by edge timing (Schmitt trigger, sub-sample 50 % crossings) where there is about
+  one main burst per period; the spread of the edge intervals is also the aperiodicity test.
+
+Everything here is a pure function of numpy arrays: no I/O, no clock.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+
+from agent.levels import boxcar, robust_noise, two_means
+
+__all__ = [
+    "DetectorSettings",
+    "EdgeTiming",
+    "LevelDetection",
+    "PeriodResult",
+    "PyramidLevel",
+    "build_pyramid",
+    "detect_level",
+    "edge_timing",
+    "estimate_period",
+    "nsdf",
+]
+
+FloatArray = npt.NDArray[np.float64]
+
+#: One-sided 0.9995 quantile of Student's t by degrees of freedom (1..30); beyond, the normal.
+_T_9995 = (
+    636.62, 31.599, 12.924, 8.610, 6.869, 5.959, 5.408, 5.041, 4.781, 4.587,
+    4.437, 4.318, 4.221, 4.140, 4.073, 4.015, 3.965, 3.922, 3.883, 3.850,
+    3.819, 3.792, 3.768, 3.745, 3.725, 3.707, 3.690, 3.674, 3.659, 3.646,
+)  # fmt: skip
+_Z_9995 = 3.2905
+
+
+def t_quantile_9995(dof: int) -> float:
+    """Student-t 0.9995 quantile (table up to 30 degrees of freedom, normal beyond)."""
+    if dof < 1:
+        return math.inf
+    if dof <= len(_T_9995):
+        return _T_9995[dof - 1]
+    return _Z_9995 + (_T_9995[-1] - _Z_9995) * 30.0 / dof
+
+
+@dataclass(frozen=True)
+class DetectorSettings:
+    """Thresholds of the detector; calibrated on synthetic traffic (see bench/accuracy.py)."""
+
+    z_min: float = 5.5
+    comb_min: float = 0.15
+    min_cycles: float = 2.5
+    max_interval_cv: float = 0.25
+    min_regular_fraction: float = 0.7
+    level_samples: int = 8192
+    decimation: int = 4
+    min_lag: int = 8
+    min_lag_level0: int = 4
+    max_inner_ratio: float = 512.0
+
+
+@dataclass(frozen=True)
+class LevelDetection:
+    """What one pyramid level says about periodicity."""
+
+    level: int
+    dt: float
+    lag: float
+    nsdf: float
+    comb: float
+    z: float
+    cycles: float
+    valid: bool
+
+    @property
+    def period_s(self) -> float:
+        """The detected period in seconds."""
+        return self.lag * self.dt
+
+
+@dataclass(frozen=True)
+class EdgeTiming:
+    """Period from burst edges, and how regular the bursts are."""
+
+    period_s: float
+    interval_cv: float
+    regular_fraction: float
+    bursts_per_period: float
+    cycles: int
+    rising_s: FloatArray = field(repr=False)
+
+
+@dataclass(frozen=True)
+class PeriodResult:
+    """The verdict: a period with its confidence, or ``period_s is None``."""
+
+    period_s: float | None
+    confidence: float
+    inner_period_s: float | None = None
+    cycles: float = 0.0
+    z: float = 0.0
+    comb: float = 0.0
+    interval_cv: float | None = None
+    method: str = "none"
+    level: int = -1
+    warnings: tuple[str, ...] = ()
+    detections: tuple[LevelDetection, ...] = ()
+    rising_edges_s: FloatArray | None = field(default=None, repr=False)
+
+
+# --------------------------------------------------------------------------------------------
+# Pyramid
+
+
+def _cic3_decimate(x: FloatArray, factor: int) -> FloatArray:
+    """Three cascaded boxcars of length ``factor``, then keep every ``factor``-th sample.
+
+    The boxcars put nulls exactly on the frequencies that fold onto DC, so the residue of fast
+    structure does not masquerade as a slow period at the coarser level.
+    """
+    y = x
+    kernel = np.full(factor, 1.0 / factor)
+    for _ in range(3):
+        y = np.convolve(y, kernel, mode="valid")
+    return np.ascontiguousarray(y[::factor])
+
+
+@dataclass(frozen=True)
+class PyramidLevel:
+    """One level of the pyramid: samples, their spacing, and where sample 0 sits in time."""
+
+    samples: FloatArray
+    dt: float
+    start_s: float  # start of sample 0's slot, relative to the input's first slot
+
+
+def build_pyramid(
+    x: FloatArray, dt: float, *, factor: int = 4, min_samples: int = 64
+) -> list[PyramidLevel]:
+    """Levels from the input rate down by ``factor`` per level, each with its time offset."""
+    levels = [PyramidLevel(x, dt, 0.0)]
+    cur, cur_dt, centre = x, dt, 0.5 * dt
+    while cur.size // factor >= min_samples:
+        nxt = _cic3_decimate(cur, factor)
+        if nxt.size < min_samples:
+            break
+        # Three boxcars of length f delay the first output's centre by 1.5 (f - 1) inputs.
+        centre += 1.5 * (factor - 1) * cur_dt
+        cur, cur_dt = nxt, cur_dt * factor
+        levels.append(PyramidLevel(cur, cur_dt, centre - 0.5 * cur_dt))
+    return levels
+
+
+# --------------------------------------------------------------------------------------------
+# NSDF and periodogram
+
+
+def _fft_size(n: int) -> int:
+    return 1 << (2 * n - 1).bit_length()
+
+
+def nsdf(x: FloatArray) -> FloatArray:
+    """McLeod's normalised square-difference function of a zero-mean series.
+
+    ``n(τ) = 2 Σ x_i x_{i+τ} / Σ (x_i² + x_{i+τ}²)`` lies in [-1, 1] and, unlike the plain
+    autocorrelation, does not taper with the lag, so peak heights compare across lags.
+    """
+    n = x.size
+    nfft = _fft_size(n)
+    spec = np.fft.rfft(x, nfft)
+    acf = np.fft.irfft(spec.real**2 + spec.imag**2, nfft)[:n]
+    sq = np.concatenate(([0.0], np.cumsum(x * x)))
+    lags = np.arange(n)
+    denom = sq[n - lags] + (sq[n] - sq[lags])
+    out = np.zeros(n, dtype=np.float64)
+    ok = denom > 1e-300
+    out[ok] = 2.0 * acf[ok] / denom[ok]
+    return out
+
+
+def _local_maxima(y: FloatArray, lo: int, hi: int) -> npt.NDArray[np.int64]:
+    """Indices in ``[lo, hi)`` that are ≥ their left and > their right neighbour."""
+    lo = max(lo, 1)
+    hi = min(hi, y.size - 1)
+    if hi <= lo:
+        return np.empty(0, dtype=np.int64)
+    mid = y[lo:hi]
+    peaks = (mid >= y[lo - 1 : hi - 1]) & (mid > y[lo + 1 : hi + 1])
+    return np.flatnonzero(peaks).astype(np.int64) + lo
+
+
+def _parabolic(y: FloatArray, i: int) -> tuple[float, float]:
+    """Sub-sample position and height of the peak at integer ``i``."""
+    if i <= 0 or i >= y.size - 1:
+        return float(i), float(y[i])
+    a, b, c = float(y[i - 1]), float(y[i]), float(y[i + 1])
+    den = a - 2.0 * b + c
+    if den >= 0:
+        return float(i), b
+    off = 0.5 * (a - c) / den
+    off = max(-0.5, min(0.5, off))
+    return i + off, b - 0.25 * (a - c) * off
+
+
+def _peak_near(r: FloatArray, lag: float, tol: float) -> tuple[float, float]:
+    """Highest NSDF value within ``lag ± tol`` (at least ±1 sample), parabolically refined."""
+    lo = max(1, math.floor(lag - max(tol, 1.0)))
+    hi = min(r.size - 2, math.ceil(lag + max(tol, 1.0)))
+    if hi < lo:
+        return lag, -1.0
+    i = lo + int(np.argmax(r[lo : hi + 1]))
+    return _parabolic(r, i)
+
+
+# --------------------------------------------------------------------------------------------
+# Per-level detector
+
+
+@dataclass
+class _Level:
+    """Precomputed per-level quantities shared by the candidate search and the tests."""
+
+    x: FloatArray
+    r: FloatArray
+    power: FloatArray  # Hann periodogram, padded
+    nfft: int
+
+
+def _prepare(x: FloatArray) -> _Level | None:
+    x = np.where(np.isfinite(x), x, np.nan)
+    mean = float(np.nanmean(x)) if np.isfinite(x).any() else 0.0
+    x = np.nan_to_num(x - mean, nan=0.0)
+    if float(np.dot(x, x)) <= 1e-300 * max(1, x.size):
+        return None
+    nfft = _fft_size(x.size)
+    win = np.hanning(x.size)
+    spec = np.fft.rfft(x * win, nfft)
+    power = spec.real**2 + spec.imag**2
+    return _Level(x=x, r=nsdf(x), power=power, nfft=nfft)
+
+
+def _periodogram_hints(lv: _Level, lag_lo: int, lag_hi: int, count: int = 8) -> list[float]:
+    """Lags of the strongest periodogram peaks that stand ≥ 10× above the local floor."""
+    p = lv.power
+    k_lo = max(1, int(lv.nfft / max(lag_hi, 1)))
+    k_hi = min(p.size - 1, math.ceil(lv.nfft / max(lag_lo, 1)) + 1)
+    peaks = _local_maxima(p, k_lo, k_hi)
+    if peaks.size == 0:
+        return []
+    # Local floor: median of blocks of 32 bins, interpolated (a cheap median filter).
+    block = 32
+    nb = max(1, p.size // block)
+    med = np.median(p[: nb * block].reshape(nb, block), axis=1)
+    centres = (np.arange(nb) + 0.5) * block
+    floor = np.interp(peaks.astype(np.float64), centres, med)
+    strong = peaks[p[peaks] > 10.0 * np.maximum(floor, 1e-300)]
+    if strong.size == 0:
+        return []
+    order = np.argsort(p[strong])[::-1][:count]
+    return [lv.nfft / float(k) for k in strong[order]]
+
+
+def _jackknife(x: FloatArray, lag: int) -> tuple[float, float, int]:
+    """NSDF at ``lag``, its block-jackknife standard error, and the number of blocks.
+
+    Blocks of about one lag capture what the white-noise bound misses: jitter and the
+    sparsity of bursts.
+    """
+    n = x.size
+    m = n - lag
+    if lag < 1 or m < 3:
+        return 0.0, math.inf, 0
+    a = x[:m] * x[lag:]
+    b = x[:m] ** 2 + x[lag:] ** 2
+    nb = int(min(32, max(3, m // max(lag, 1))))
+    edges = np.linspace(0, m, nb + 1).astype(np.int64)
+    ca = np.add.reduceat(a, edges[:-1])
+    cb = np.add.reduceat(b, edges[:-1])
+    sa, sb = float(ca.sum()), float(cb.sum())
+    if sb <= 0:
+        return 0.0, math.inf, nb
+    r = 2.0 * sa / sb
+    loo_den = sb - cb
+    safe = np.where(loo_den > 0, loo_den, 1.0)
+    loo = np.where(loo_den > 0, 2.0 * (sa - ca) / safe, r)
+    var = (nb - 1) / nb * float(np.sum((loo - loo.mean()) ** 2))
+    return r, math.sqrt(var) if var > 0 else 1e-12, nb
+
+
+def _jackknife_z(x: FloatArray, lag: int) -> float:
+    """Jackknife z of the NSDF at ``lag``, deflated by t/z when there are few blocks."""
+    r, se, nb = _jackknife(x, lag)
+    if nb < 2 or not math.isfinite(se):
+        return 0.0
+    return r / se * _Z_9995 / t_quantile_9995(nb - 1)
+
+
+def _bartlett_sigma(x: FloatArray, lag: float) -> float:
+    """Null σ of an NSDF value from the periodogram floor, the candidate's harmonics masked."""
+    n = x.size
+    s = np.abs(np.fft.rfft(x)) ** 2
+    s = s[1:]
+    if s.size < 4:
+        return 1.0
+    k = np.arange(1, s.size + 1, dtype=np.float64)
+    f0 = n / lag  # bins per harmonic
+    dist = np.abs(k / f0 - np.round(k / f0)) * f0
+    keep = (dist > 2.0) | (k < 0.5 * f0)
+    floor = s[keep]
+    if floor.size < 4 or float(floor.sum()) <= 0:
+        return 1.0
+    sigma = math.sqrt(0.5 * float(np.sum(floor**2))) / float(floor.sum())
+    return sigma * math.sqrt(n / max(n - lag, 1.0))
+
+
+def _comb(r: FloatArray, lag: float, max_lag: float, harmonics: int = 3) -> float:
+    """Mean NSDF peak height at ``k·lag`` for k = 1.. (as far as ``max_lag`` allows)."""
+    vals = []
+    for k in range(1, harmonics + 1):
+        target = k * lag
+        if target > max_lag:
+            break
+        vals.append(_peak_near(r, target, 0.02 * target)[1])
+    return float(np.mean(vals)) if vals else -1.0
+
+
+def detect_level(
+    x: FloatArray,
+    dt: float,
+    *,
+    level: int = 0,
+    lag_lo: int = 8,
+    lag_hi: int | None = None,
+    settings: DetectorSettings | None = None,
+) -> LevelDetection | None:
+    """Detect the fundamental period of one pyramid level (lags in samples of ``dt``)."""
+    cfg = settings or DetectorSettings()
+    n = x.size
+    hi_cap = int(n / cfg.min_cycles)
+    lag_hi = hi_cap if lag_hi is None else min(lag_hi, hi_cap)
+    if lag_hi <= lag_lo or n < 3 * lag_lo:
+        return None
+    lv = _prepare(x)
+    if lv is None:
+        return None
+    r = lv.r
+    neg = np.flatnonzero(r[1:] < 0)
+    first_zero = int(neg[0]) + 1 if neg.size else n
+    # Candidates are searched from 2 samples up, not from ``lag_lo``: a level whose variance is
+    # explained by a faster oscillation (a finer level's period, or its alias after
+    # decimation) must not report a multiple of it as its own period.
+    search_lo = max(2, first_zero)
+    if search_lo >= lag_hi:
+        return None
+
+    cands: list[float] = []
+    for hint in _periodogram_hints(lv, lag_lo, lag_hi):
+        if hint < search_lo * 0.9 or hint > lag_hi:
+            continue
+        k = lv.nfft / hint
+        tol = max(1.0, hint - lv.nfft / (k + 1.0))
+        cands.append(_peak_near(r, hint, tol)[0])
+    peaks = _local_maxima(r, search_lo, lag_hi + 1)
+    if peaks.size:
+        top = peaks[np.argsort(r[peaks])[::-1][:8]]
+        cands.extend(_parabolic(r, int(i))[0] for i in top)
+    if not cands:
+        return None
+    for c in list(cands):
+        for d in range(2, 7):
+            sub = c / d
+            if sub >= search_lo:
+                cands.append(_peak_near(r, sub, 0.03 * sub)[0])
+    uniq: list[float] = []
+    for c in sorted(cands):
+        if search_lo <= c <= lag_hi and (not uniq or c - uniq[-1] > max(1.0, 0.01 * c)):
+            uniq.append(c)
+    if not uniq:
+        return None
+
+    comb_max = 0.5 * n
+    combs = {c: _comb(r, c, comb_max) for c in uniq}
+    height = {c: _peak_near(r, c, 0.5)[1] for c in uniq}
+    short = [c for c in uniq if c <= 0.6 * lag_hi] or uniq
+    best = max(short, key=lambda c: combs[c])
+
+    # YIN-style fundamental: the smallest lag whose multiples up to ``best`` repeat as well.
+    se_cache: dict[int, float] = {}
+
+    def se(lag: float) -> float:
+        key = round(lag)
+        if key not in se_cache:
+            se_cache[key] = min(1.0, _jackknife(lv.x, key)[1])
+        return se_cache[key]
+
+    for small in uniq:
+        if small >= best:
+            break
+        m = best / small
+        mult = round(m)
+        if mult < 2 or abs(m - mult) > 0.05 * mult:
+            continue
+        if height[small] < max(0.08, 3.0 * se(small)):
+            continue
+        repeats = [_peak_near(r, k * small, 0.03 * k * small)[1] for k in range(1, mult)]
+        tol = max(0.1, 2.0 * math.hypot(se(best), se(small)))
+        if float(np.mean(repeats)) >= height[best] - tol:
+            best = small
+            break
+
+    # Refine on the multiples: least-squares slope through the origin of peak lags at k·T.
+    ks, lags = [], []
+    for k in range(1, 17):
+        target = k * best
+        if target > comb_max:
+            break
+        pos, h = _peak_near(r, target, 0.03 * target)
+        if h <= 0:
+            break
+        ks.append(k)
+        lags.append(pos)
+    lag = float(np.dot(ks, lags) / np.dot(ks, ks)) if ks else best
+
+    comb = _comb(r, lag, comb_max)
+    z_jk = _jackknife_z(lv.x, round(lag))
+    z_spec = comb / max(_bartlett_sigma(lv.x, lag), 1e-12)
+    z = max(z_jk, z_spec)
+    cycles = n / lag
+    valid = lag >= lag_lo and cycles >= cfg.min_cycles and comb >= cfg.comb_min and z >= cfg.z_min
+    return LevelDetection(
+        level=level,
+        dt=dt,
+        lag=lag,
+        nsdf=_peak_near(r, lag, 0.5)[1],
+        comb=comb,
+        z=z,
+        cycles=cycles,
+        valid=valid,
+    )
+
+
+def _visible(x: FloatArray, lag: float, reference: float, tol: float = 0.1) -> bool:
+    """Whether a finer period still shows at a coarser level (NSDF comb near the reference)."""
+    if lag < 2.0 or lag * 3 > x.size:
+        return False
+    lv = _prepare(x)
+    if lv is None:
+        return False
+    return _comb(lv.r, lag, 0.5 * x.size) >= reference - tol
+
+
+def _confirmed(finer: PyramidLevel, det: LevelDetection, cfg: DetectorSettings) -> bool:
+    """Re-detect a coarse level's period after decimating its parent by 3 instead of 4.
+
+    A period that exists in the traffic does not depend on the sampling rate; the alias of a
+    fast period that leaked through the decimation filter does, and moves.
+    """
+    alt = _cic3_decimate(finer.samples, 3)[-cfg.level_samples :]
+    check = detect_level(alt, finer.dt * 3, lag_lo=cfg.min_lag, settings=cfg)
+    return check is not None and check.valid and abs(check.period_s / det.period_s - 1.0) <= 0.03
+
+
+# --------------------------------------------------------------------------------------------
+# Edge timing
+
+
+def edge_timing(x: FloatArray, dt: float, period_s: float, *, t0: float = 0.0) -> EdgeTiming | None:
+    """Refine a period from the edges of its main bursts.
+
+    Samples are assumed to be averages over ``[t0 + i*dt, t0 + (i+1)*dt)`` (counter semantics).
+    Returns None when there are too few bursts to time.
+    """
+    finite = np.isfinite(x)
+    if finite.sum() < 16:
+        return None
+    fill = float(np.median(x[finite]))
+    x = np.where(finite, x, fill)
+    lo, hi = two_means(x)
+    if hi - lo <= 0:
+        return None
+    u = (x - lo) / (hi - lo)
+    period_n = period_s / dt
+    noise = robust_noise(u)
+    if noise > 0.1:
+        width = math.ceil((noise / 0.1) ** 2)
+        width = int(min(width, max(1, period_n / 8)))
+        u = boxcar(u, width)
+    state = np.full(u.size, -1, dtype=np.int64)
+    idx = np.arange(u.size)
+    marks = np.where(u >= 0.65, idx, np.where(u <= 0.35, idx, -1))
+    last = np.maximum.accumulate(marks)
+    valid = last >= 0
+    state[valid] = (u[last[valid]] >= 0.65).astype(np.int64)
+    changes = np.flatnonzero((state[1:] != state[:-1]) & (state[:-1] >= 0)) + 1
+    rises: list[float] = []
+    falls: list[float] = []
+    masses: list[float] = []
+    csum = np.concatenate(([0.0], np.cumsum(np.clip(u, 0.0, None))))
+    for i in changes:
+        rising = state[i] == 1
+        # Walk back to the 50 % crossing just before the trigger index.
+        j = i
+        while j > 0 and ((u[j - 1] >= 0.5) if rising else (u[j - 1] < 0.5)):
+            j -= 1
+        if j == 0:
+            continue
+        a, b = float(u[j - 1]), float(u[j])
+        frac = (0.5 - a) / (b - a) if b != a else 0.5
+        t = t0 + (j - 0.5 + frac) * dt
+        if rising:
+            rises.append(t)
+        elif rises:
+            falls.append(t)
+            start = round((rises[-1] - t0) / dt)
+            end = round((t - t0) / dt)
+            masses.append(float(csum[max(end, start)] - csum[max(start, 0)]))
+    n_bursts = min(len(rises), len(falls))
+    if n_bursts < 3:
+        return None
+    rise = np.asarray(rises[:n_bursts])
+    fall = np.asarray(falls[:n_bursts])
+    mass = np.asarray(masses[:n_bursts])
+    expected = max(1, int((x.size * dt) / period_s))
+    top = np.sort(mass)[::-1][:expected]
+    main = mass >= 0.5 * float(np.median(top))
+    rise, fall = rise[main], fall[main]
+    if rise.size < 3:
+        return None
+    span = rise[-1] - rise[0]
+    bursts_per_period = rise.size / max((x.size * dt) / period_s, 1e-12)
+
+    def intervals(edges: FloatArray) -> tuple[FloatArray, FloatArray]:
+        d = np.diff(edges)
+        mult = np.maximum(np.round(d / period_s), 1.0)
+        return d, mult
+
+    d_r, m_r = intervals(rise)
+    d_f, m_f = intervals(fall)
+    d = np.concatenate((d_r, d_f))
+    m = np.concatenate((m_r, m_f))
+    rel = d / (m * period_s)
+    regular = (np.abs(rel - 1.0) <= 0.25) & (m <= 3)
+    regular_fraction = float(regular.mean()) if regular.size else 0.0
+    if not regular.any():
+        return EdgeTiming(period_s, math.inf, 0.0, bursts_per_period, 0, rise)
+    t_edges = float(d[regular].sum() / m[regular].sum())
+    single = d[regular] / m[regular]
+    cv = float(np.std(single) / np.mean(single)) if single.size > 1 else 0.0
+    cycles = round(span / t_edges) if t_edges > 0 else 0
+    return EdgeTiming(t_edges, cv, regular_fraction, bursts_per_period, cycles, rise)
+
+
+# --------------------------------------------------------------------------------------------
+# Whole estimate
+
+
+def _confidence(det: LevelDetection, cv: float | None, cfg: DetectorSettings) -> float:
+    comb = min(1.0, max(0.0, det.comb))
+    conf = comb * min(1.0, det.z / 20.0) * min(1.0, det.cycles / 4.0)
+    if cv is not None:
+        conf *= max(0.0, 1.0 - (cv / cfg.max_interval_cv) ** 2)
+    return float(max(0.0, min(1.0, conf)))
+
+
+def estimate_period(
+    rate: FloatArray,
+    dt: float,
+    *,
+    t0: float = 0.0,
+    min_period_s: float | None = None,
+    max_period_s: float | None = None,
+    settings: DetectorSettings | None = None,
+) -> PeriodResult:
+    """Estimate the sync period of a uniformly sampled rate series.
+
+    Args:
+        rate: bytes/s (or any rate) per grid slot; NaN marks unknown slots.
+        dt: grid step in seconds.
+        t0: time of the start of the first slot (edge times are reported on this axis).
+        min_period_s: shortest period to look for (default: 4 samples).
+        max_period_s: longest period to look for (default: a third of the series).
+        settings: detector thresholds.
+    """
+    cfg = settings or DetectorSettings()
+    x = np.asarray(rate, dtype=np.float64)
+    finite = np.isfinite(x)
+    if finite.sum() < 32:
+        return PeriodResult(None, 0.0, warnings=("too few samples to look for a period",))
+    fill = float(np.mean(x[finite]))
+    x = np.where(finite, x, fill)
+
+    pyramid = build_pyramid(x, dt, factor=cfg.decimation)
+    detections: list[LevelDetection] = []
+    windows: list[FloatArray] = []
+    for level, lv in enumerate(pyramid):
+        window = lv.samples[-cfg.level_samples :]
+        windows.append(window)
+        lo = cfg.min_lag_level0 if level == 0 else cfg.min_lag
+        if min_period_s is not None:
+            lo = max(lo, math.ceil(min_period_s / lv.dt))
+        hi = None if max_period_s is None else int(max_period_s / lv.dt)
+        det = detect_level(window, lv.dt, level=level, lag_lo=lo, lag_hi=hi, settings=cfg)
+        if det is not None:
+            detections.append(det)
+
+    valid = [d for d in detections if d.valid]
+    if not valid:
+        best = max(detections, key=lambda d: d.z, default=None)
+        return PeriodResult(
+            None,
+            0.0,
+            z=best.z if best else 0.0,
+            comb=best.comb if best else 0.0,
+            detections=tuple(detections),
+        )
+
+    # Walk fine → coarse: a coarser period ≥ 3× the current one at which the current one no
+    # longer shows is the iteration period; the current one becomes its inner period.
+    current = valid[0]
+    inner: LevelDetection | None = None
+    for det in valid[1:]:
+        ratio = det.period_s / current.period_s
+        if ratio < 3.0 or ratio > cfg.max_inner_ratio:
+            continue
+        if _visible(windows[det.level], current.period_s / det.dt, det.comb):
+            continue
+        if not _confirmed(pyramid[det.level - 1], det, cfg):
+            continue
+        inner, current = current, det
+
+    period = current.period_s
+    method = "nsdf"
+    cv: float | None = None
+    rising: FloatArray | None = None
+    # Edge refinement on the finest level where the main bursts come about once per period
+    # (for a layer train that is a coarse level, where the train has merged into one burst).
+    for lv in pyramid:
+        if period / lv.dt < 8:
+            break
+        timing = edge_timing(lv.samples, lv.dt, period, t0=t0 + lv.start_s)
+        if timing is None or not 0.6 <= timing.bursts_per_period <= 1.4:
+            continue
+        if (
+            timing.regular_fraction < cfg.min_regular_fraction
+            or timing.interval_cv > cfg.max_interval_cv
+        ):
+            return PeriodResult(
+                None,
+                0.0,
+                cycles=current.cycles,
+                z=current.z,
+                comb=current.comb,
+                interval_cv=timing.interval_cv,
+                method="edges",
+                level=current.level,
+                warnings=("bursts repeat too irregularly to call it a period",),
+                detections=tuple(detections),
+            )
+        if abs(timing.period_s / period - 1.0) <= 0.05:
+            period = timing.period_s
+            method = "edges"
+            cv = timing.interval_cv
+            rising = timing.rising_s
+        break
+
+    # Confidence from the clearest level that sees the same period (the finest one can be
+    # the noisiest: narrow bursts under jitter smear its NSDF peaks).
+    agreeing = [d for d in valid if abs(d.period_s / period - 1.0) <= 0.03] or [current]
+    clearest = max(agreeing, key=lambda d: d.comb * min(1.0, d.z / 20.0))
+    warnings: list[str] = []
+    if period / dt < 8:
+        warnings.append(
+            f"period is {period / dt:.1f} samples at the poll rate; under 8 samples per period "
+            "an alias cannot be told from a true period: poll faster"
+        )
+    return PeriodResult(
+        period_s=period,
+        confidence=_confidence(clearest, cv, cfg),
+        inner_period_s=inner.period_s if inner else None,
+        cycles=current.cycles,
+        z=current.z,
+        comb=current.comb,
+        interval_cv=cv,
+        method=method,
+        level=current.level,
+        warnings=tuple(warnings),
+        detections=tuple(detections),
+        rising_edges_s=rising,
+    )

@@ -1,0 +1,264 @@
+"""The live pipeline: sources → bounded queue → windows → estimator → snapshot.
+
+One ``asyncio.TaskGroup`` owns a named task per source, one consumer that files readings into
+the rolling windows, and one estimator loop on absolute deadlines (no drift) that runs the
+CPU-heavy estimate in a worker thread and publishes an immutable :class:`Snapshot`. Sinks only
+ever read the latest snapshot. A failing source is retried with capped, jittered exponential
+backoff and never takes the others down.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+
+from agent.clock import Clock, MonotonicClock
+from agent.errors import SourceError, SourceUnavailable
+from agent.estimate import Estimate, EstimateInputs, estimate
+from agent.tracker import PeriodTracker
+from agent.windows import CollectiveWindow, CounterWindow, GpuWindow, window_capacity
+from collectors._base import CollectiveCall, CounterReading, GpuReading, Reading, Source
+
+__all__ = ["Pipeline", "PipelineSettings", "Snapshot", "SnapshotStore", "SourceHealth"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class SourceHealth:
+    """Per-source bookkeeping, exported as ``commpulse_source_up`` and friends."""
+
+    name: str
+    up: bool = False
+    readings: int = 0
+    dropped: int = 0
+    errors: int = 0
+    restarts: int = 0
+    last_error: str | None = None
+    last_reading_s: float | None = None
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """What sinks see: the latest estimate and the health of everything that made it."""
+
+    estimate: Estimate | None
+    time_s: float
+    wall_time_s: float
+    estimator_seconds: float
+    sources: tuple[SourceHealth, ...]
+    estimates: int = 0
+    locked: bool = False
+
+
+class SnapshotStore:
+    """Holds the latest snapshot; safe to read from the HTTP server's threads."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._snapshot: Snapshot | None = None
+
+    def publish(self, snapshot: Snapshot) -> None:
+        """Replace the snapshot."""
+        with self._lock:
+            self._snapshot = snapshot
+
+    def latest(self) -> Snapshot | None:
+        """The newest snapshot, or None before the first estimate."""
+        with self._lock:
+            return self._snapshot
+
+
+@dataclass(frozen=True)
+class PipelineSettings:
+    """Knobs of the live pipeline (seconds throughout)."""
+
+    window_s: float = 120.0
+    hop_s: float = 1.0
+    queue_size: int = 8192
+    counter_rate_hz: float = 100.0
+    gpu_rate_hz: float = 10.0
+    calls_per_s: float = 2000.0
+    min_window_s: float = 2.0
+    backoff_initial_s: float = 0.5
+    backoff_max_s: float = 30.0
+    restart_periods: float = 5.0
+
+
+@dataclass
+class _State:
+    counters: CounterWindow
+    gpu: GpuWindow
+    calls: CollectiveWindow
+    health: dict[str, SourceHealth] = field(default_factory=dict)
+
+
+class Pipeline:
+    """Runs sources, windows and the estimator until :meth:`stop` is called."""
+
+    def __init__(
+        self,
+        sources: Sequence[Source],
+        store: SnapshotStore,
+        *,
+        settings: PipelineSettings | None = None,
+        clock: Clock | None = None,
+        on_snapshot: Callable[[Snapshot], None] | None = None,
+    ) -> None:
+        self._sources = list(sources)
+        self._store = store
+        self._cfg = settings or PipelineSettings()
+        self._clock: Clock = clock or MonotonicClock()
+        self._on_snapshot = on_snapshot
+        cfg = self._cfg
+        self._state = _State(
+            counters=CounterWindow(window_capacity(cfg.window_s, cfg.counter_rate_hz)),
+            gpu=GpuWindow(window_capacity(cfg.window_s, cfg.gpu_rate_hz * 8)),
+            calls=CollectiveWindow(window_capacity(cfg.window_s, cfg.calls_per_s)),
+            health={s.name: SourceHealth(s.name) for s in self._sources},
+        )
+        self._queue: asyncio.Queue[tuple[str, Reading]] = asyncio.Queue(cfg.queue_size)
+        self._tracker = PeriodTracker()
+        self._stop = asyncio.Event()
+        self._estimates = 0
+
+    def stop(self) -> None:
+        """Ask :meth:`run` to return (safe to call from a signal handler)."""
+        self._stop.set()
+
+    def _emitter(self, name: str) -> Callable[[Reading], None]:
+        health = self._state.health[name]
+
+        def emit(reading: Reading) -> None:
+            try:
+                self._queue.put_nowait((name, reading))
+            except asyncio.QueueFull:
+                health.dropped += 1
+                return
+            health.readings += 1
+            health.up = True
+            health.last_reading_s = self._clock.now()
+
+        return emit
+
+    async def _run_source(self, source: Source) -> None:
+        health = self._state.health[source.name]
+        delay = self._cfg.backoff_initial_s
+        emit = self._emitter(source.name)
+        while True:
+            try:
+                await source.run(emit)
+                health.up = False
+                log.info("source %s finished", source.name, extra={"source": source.name})
+                return
+            except asyncio.CancelledError:
+                raise
+            except SourceUnavailable as exc:
+                health.last_error = str(exc)
+            except SourceError as exc:
+                health.last_error = str(exc)
+                health.errors += 1
+            except Exception as exc:  # a bug in one source must not stop the others
+                health.last_error = f"{type(exc).__name__}: {exc}"
+                health.errors += 1
+                log.exception("source %s crashed", source.name, extra={"source": source.name})
+            health.up = False
+            health.restarts += 1
+            log.warning(
+                "source %s down (%s); retrying in %.1f s",
+                source.name,
+                health.last_error,
+                delay,
+                extra={"source": source.name},
+            )
+            await asyncio.sleep(delay * random.uniform(0.8, 1.2))
+            delay = min(delay * 2.0, self._cfg.backoff_max_s)
+
+    async def _consume(self) -> None:
+        st = self._state
+        while True:
+            _, reading = await self._queue.get()
+            if isinstance(reading, CounterReading):
+                st.counters.add(reading)
+            elif isinstance(reading, GpuReading):
+                st.gpu.add(reading)
+            elif isinstance(reading, CollectiveCall):
+                st.calls.add(reading)
+
+    def _inputs(self) -> EstimateInputs | None:
+        st = self._state
+        grids = st.counters.grids()
+        since: float | None = None
+        if grids:
+            since = min(g.t0 for g in grids.values())
+        mix = st.calls.mix(since=since)
+        if not grids and mix is None:
+            return None
+        span = max((g.duration_s for g in grids.values()), default=0.0)
+        if grids and span < self._cfg.min_window_s:
+            return None
+        return EstimateInputs(
+            network=grids,
+            network_source="counters" if grids else None,
+            gpu=st.gpu.samples(since=since),
+            collectives=mix,
+        )
+
+    async def _estimate_loop(self) -> None:
+        start = self._clock.now()
+        k = 1
+        while True:
+            await self._clock.sleep_until(start + k * self._cfg.hop_s)
+            k += 1
+            inputs = self._inputs()
+            if inputs is None:
+                self._publish(None, 0.0, locked=False)
+                continue
+            began = time.perf_counter()
+            est = await asyncio.to_thread(estimate, inputs)
+            took = time.perf_counter() - began
+            update = self._tracker.update(est.period_s)
+            if update.changed and update.period_s is not None:
+                keep_from = self._clock.now() - self._cfg.restart_periods * update.period_s
+                self._state.counters.drop_before(keep_from)
+            if update.period_s is None:
+                est = replace(est, period_s=None, confidence=0.0, inner_period_s=None)
+            else:
+                est = replace(est, period_s=update.period_s)
+            self._estimates += 1
+            self._publish(est, took, locked=update.locked)
+
+    def _publish(self, est: Estimate | None, took: float, *, locked: bool) -> None:
+        snap = Snapshot(
+            estimate=est,
+            time_s=self._clock.now(),
+            wall_time_s=time.time(),
+            estimator_seconds=took,
+            sources=tuple(replace(h) for h in self._state.health.values()),
+            estimates=self._estimates,
+            locked=locked,
+        )
+        self._store.publish(snap)
+        if self._on_snapshot is not None:
+            self._on_snapshot(snap)
+
+    async def run(self) -> None:
+        """Run until :meth:`stop`; cancels every task on the way out."""
+        async with asyncio.TaskGroup() as tg:
+            tasks = [
+                tg.create_task(self._run_source(s), name=f"source[{s.name}]") for s in self._sources
+            ]
+            tasks.append(tg.create_task(self._consume(), name="windows"))
+            tasks.append(tg.create_task(self._estimate_loop(), name="estimator"))
+            await self._stop.wait()
+            for task in tasks:
+                task.cancel()
+            for task in tasks:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task

@@ -1,0 +1,270 @@
+"""Cumulative counters → clean byte totals → rates on a uniform time grid.
+
+Counters are read at irregular, measured instants. Everything downstream (periodogram,
+autocorrelation, burst statistics) wants a uniform grid. The conversion here is exact for the
+only assumption a counter allows — constant rate between two reads — and never invents bytes:
+
+1. per column, successive differences are taken in the counter's own width (wrap-around is
+   modular arithmetic); a decrease that is not a plausible wrap is a *reset*: the bytes of that
+   interval are unknown, so the interval is marked invalid (never zero, never negative);
+2. the valid differences of all columns of one direction are summed into one monotone
+   cumulative series;
+3. that piecewise-linear cumulative curve is read at the grid edges, and each slot's rate is
+   its increment over the slot width. A missed poll therefore spreads its merged bytes evenly
+   over the slots it covers, exactly what a slower poll would have shown.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+__all__ = [
+    "Direction",
+    "GridSeries",
+    "column_direction",
+    "counter_delta",
+    "counter_deltas",
+    "grid_from_cumulative",
+    "group_columns",
+    "nominal_interval",
+]
+
+FloatArray = npt.NDArray[np.float64]
+BoolArray = npt.NDArray[np.bool_]
+
+Direction = str  # "tx" | "rx" | "total"
+
+#: Above this many nominal intervals, a gap between two reads is not spread but marked invalid:
+#: a flat stretch that long would read as a real (and false) traffic level.
+MAX_SPREAD_INTERVALS = 50.0
+
+
+@dataclass(frozen=True)
+class GridSeries:
+    """Rates on a uniform grid.
+
+    ``rate[i]`` is the mean rate (bytes/s) over ``[t0 + i*dt, t0 + (i+1)*dt)``; ``valid[i]`` is
+    False where the slot overlaps a counter reset, a long gap or the region before the first
+    read. ``resets`` and ``wraps`` count what the delta step found.
+    """
+
+    t0: float
+    dt: float
+    rate: FloatArray
+    valid: BoolArray
+    resets: int = 0
+    wraps: int = 0
+
+    @property
+    def times(self) -> FloatArray:
+        """Centre time of every slot."""
+        return self.t0 + (np.arange(self.rate.size, dtype=np.float64) + 0.5) * self.dt
+
+    @property
+    def duration_s(self) -> float:
+        """Length of the grid in seconds."""
+        return float(self.rate.size * self.dt)
+
+
+def column_direction(name: str) -> Direction:
+    """Direction of a counter column from its name.
+
+    The counters-CSV contract says a column containing ``tx`` is transmit and ``rx`` receive.
+    InfiniBand's own names (``port_xmit_data``, ``port_rcv_data``) are accepted as well.
+    Anything else is ``total`` (summed separately and used only when no tx/rx column exists).
+    """
+    low = name.lower()
+    if "tx" in low or "xmit" in low:
+        return "tx"
+    if "rx" in low or "rcv" in low:
+        return "rx"
+    return "total"
+
+
+def group_columns(names: Sequence[str]) -> dict[Direction, list[int]]:
+    """Indices of the columns of each direction (only directions that have columns)."""
+    groups: dict[Direction, list[int]] = {}
+    for i, name in enumerate(names):
+        groups.setdefault(column_direction(name), []).append(i)
+    return groups
+
+
+def counter_deltas(
+    values: npt.NDArray[np.uint64], *, bits: int | None = None
+) -> tuple[FloatArray, int, int]:
+    """Differences of one cumulative counter column, NaN where the bytes are unknown.
+
+    Args:
+        values: raw counter reads in time order.
+        bits: counter width; ``None`` infers 32 when every value fits in 32 bits, else 64.
+
+    Returns:
+        ``(deltas, resets, wraps)`` with ``deltas`` one shorter than ``values``; a decrease
+        is judged by :func:`counter_delta` against the column's largest ordinary difference,
+        and a reset leaves its interval NaN.
+    """
+    if values.size < 2:
+        return np.empty(0, dtype=np.float64), 0, 0
+    if bits is None:
+        bits = 32 if int(values.max()) < 2**32 else 64
+    prev = values[:-1]
+    cur = values[1:]
+    increasing = cur >= prev
+    deltas = np.full(prev.size, np.nan, dtype=np.float64)
+    deltas[increasing] = (cur[increasing] - prev[increasing]).astype(np.float64)
+    decreasing = np.flatnonzero(~increasing)
+    if decreasing.size == 0:
+        return deltas, 0, 0
+    ordinary = deltas[increasing]
+    largest = float(ordinary.max()) if ordinary.size else 0.0
+    resets = wraps = 0
+    for i in decreasing:
+        d = counter_delta(int(prev[i]), int(cur[i]), bits=bits, largest=largest)
+        if d is None:
+            resets += 1
+        else:
+            deltas[i] = float(d)
+            wraps += 1
+    return deltas, resets, wraps
+
+
+def counter_delta(prev: int, cur: int, *, bits: int = 64, largest: float = 0.0) -> int | None:
+    """Bytes between two reads of one counter of width ``bits``, or None (a reset).
+
+    A decrease is a wrap only when the previous value was in the top half of the range, the
+    new one in the bottom half, and the wrapped difference is at most twice ``largest``, the
+    largest ordinary difference seen on that counter; anything else is a reset, whose bytes
+    are unknown.
+    """
+    if cur >= prev:
+        return cur - prev
+    modulus = 1 << bits
+    half = modulus >> 1
+    wrapped = (cur - prev) % modulus
+    if prev >= half and cur < half and largest > 0 and wrapped <= 2.0 * largest:
+        return wrapped
+    return None
+
+
+def nominal_interval(times: FloatArray) -> float:
+    """The poll interval the reads were meant to have: the median positive spacing."""
+    steps = np.diff(times)
+    steps = steps[steps > 0]
+    if steps.size == 0:
+        raise ValueError("need at least two reads at distinct times")
+    return float(np.median(steps))
+
+
+def grid_from_cumulative(
+    times: FloatArray,
+    deltas: FloatArray,
+    *,
+    dt: float | None = None,
+    t0: float | None = None,
+    resets: int = 0,
+    wraps: int = 0,
+) -> GridSeries:
+    """Resample per-interval byte counts onto a uniform grid, conserving bytes.
+
+    Args:
+        times: read instants (strictly increasing after duplicates are removed by the caller).
+        deltas: bytes between read ``i`` and ``i+1`` (``len(times) - 1`` values); NaN = unknown.
+        dt: grid step; defaults to the nominal poll interval.
+        t0: grid origin; defaults to the first read.
+        resets: carried into the result for reporting.
+        wraps: carried into the result for reporting.
+    """
+    if times.size < 2:
+        raise ValueError("need at least two reads")
+    if dt is None:
+        dt = nominal_interval(times)
+    if t0 is None:
+        t0 = float(times[0])
+    spans = np.diff(times)
+    bad = ~np.isfinite(deltas) | (spans <= 0) | (spans > MAX_SPREAD_INTERVALS * dt)
+    clean = np.where(bad, 0.0, deltas)
+    cumulative = np.concatenate(([0.0], np.cumsum(clean)))
+    n = int(np.floor((float(times[-1]) - t0) / dt + 1e-9))
+    if n < 1:
+        raise ValueError("the reads span less than one grid step")
+    edges = t0 + dt * np.arange(n + 1, dtype=np.float64)
+    at_edges = np.interp(edges, times, cumulative)
+    rate = np.diff(at_edges) / dt
+    valid = np.ones(n, dtype=np.bool_)
+    if bad.any():
+        # A slot is invalid when it overlaps a bad interval [times[i], times[i+1]].
+        starts = times[:-1][bad]
+        ends = times[1:][bad]
+        # A relative tolerance keeps float noise in the read times from tainting a neighbour.
+        first = np.clip(np.floor((starts - t0) / dt + 1e-6).astype(np.int64), 0, n)
+        last = np.clip(np.ceil((ends - t0) / dt - 1e-6).astype(np.int64), 0, n)
+        marks = np.zeros(n + 1, dtype=np.int64)
+        np.add.at(marks, first, 1)
+        np.add.at(marks, last, -1)
+        valid &= np.cumsum(marks[:-1]) == 0
+    valid &= edges[:-1] >= float(times[0]) - 1e-9
+    rate = np.where(valid, rate, np.nan)
+    return GridSeries(t0=t0, dt=dt, rate=rate, valid=valid, resets=resets, wraps=wraps)
+
+
+def _column_on_base(
+    times: FloatArray,
+    values: npt.NDArray[np.uint64],
+    present: npt.NDArray[np.bool_] | None,
+    bits: int | None,
+) -> tuple[FloatArray, int, int]:
+    """Per-interval bytes of one column on the shared read times.
+
+    A column missing from some reads (a device that could not be read) has its own, sparser
+    time axis: its bytes are spread over the shared intervals by time (constant rate between
+    its own reads), and intervals outside its first and last read are unknown.
+    """
+    if present is None or bool(present.all()):
+        return counter_deltas(values, bits=bits)
+    t = times[present]
+    d, resets, wraps = counter_deltas(values[present], bits=bits)
+    if t.size < 2:
+        return np.full(times.size - 1, np.nan), resets, wraps
+    cum = np.concatenate(([0.0], np.cumsum(np.where(np.isfinite(d), d, 0.0))))
+    out = np.diff(np.interp(times, t, cum))
+    unknown = (times[1:] <= t[0]) | (times[:-1] >= t[-1])
+    bad = ~np.isfinite(d)
+    if bad.any():
+        for a, b in zip(t[:-1][bad], t[1:][bad], strict=True):
+            unknown |= (times[1:] > a) & (times[:-1] < b)
+    out[unknown] = np.nan
+    return out, resets, wraps
+
+
+def direction_grids(
+    times: FloatArray,
+    columns: Mapping[str, npt.NDArray[np.uint64]],
+    *,
+    present: Mapping[str, npt.NDArray[np.bool_]] | None = None,
+    dt: float | None = None,
+    bits: int | None = None,
+) -> dict[Direction, GridSeries]:
+    """Per-direction rate grids from raw cumulative counter columns (the offline path)."""
+    names = list(columns)
+    if dt is None:
+        dt = nominal_interval(times)
+    out: dict[Direction, GridSeries] = {}
+    for direction, idx in group_columns(names).items():
+        total = np.zeros(times.size - 1, dtype=np.float64)
+        resets = wraps = 0
+        for i in idx:
+            name = names[i]
+            mask = present.get(name) if present is not None else None
+            d, r, w = _column_on_base(times, columns[name], mask, bits)
+            total += d  # NaN in any column makes the interval unknown for the direction
+            resets += r
+            wraps += w
+        out[direction] = grid_from_cumulative(times, total, dt=dt, resets=resets, wraps=wraps)
+    return out
+
+
+__all__ += ["MAX_SPREAD_INTERVALS", "direction_grids"]

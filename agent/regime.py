@@ -1,0 +1,84 @@
+"""Which kind of workload is on the wire: training, fine-tuning, inference, or nothing.
+
+The rule, in order (evidence: DOMAIN.md's three regimes, and the simulator's scenarios in
+tests/unit/test_regime.py and tests/integration/test_analyze_scenarios.py):
+
+1. **idle** — the network carries less than ``idle_bytes_per_s`` on average and the NCCL log
+   (if any) shows no collectives.
+2. **periodic traffic**:
+   * **finetune** when the step is a *train* of many small collectives — an inner period at
+     least 3× shorter than T, or ≥ 6 bursts per period — or when the NCCL log says most bytes
+     go through AllGather/ReduceScatter (ZeRO-3 / FSDP);
+   * **training** otherwise: one (or a few) large synchronous bursts per step.
+3. **aperiodic traffic**: **inference** when it comes in bursts (random arrivals, at least
+   ``MIN_APERIODIC_BURSTS`` of them in the window, so that a training job's first few steps
+   are not called inference) or when the NCCL log is dominated by AlltoAll / Send / Recv;
+   **unknown** for flat, structureless load or too little evidence.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+__all__ = ["REGIMES", "RegimeFeatures", "classify_regime", "collective_shares"]
+
+REGIMES = ("training", "finetune", "inference", "idle", "unknown")
+
+#: Below this mean rate a host is idle: management traffic is KB/s to a few MB/s, while a
+#: collective burst train averages hundreds of MB/s or more.
+IDLE_BYTES_PER_S = 10e6
+
+#: Bursts a window must hold before their randomness is evidence of inference: fewer could
+#: still be the first steps of a training job whose period the window cannot show yet.
+MIN_APERIODIC_BURSTS = 8
+
+_GATHER_OPS = frozenset({"AllGather", "ReduceScatter"})
+_SPARSE_OPS = frozenset({"AlltoAll", "Send", "Recv", "Gather", "Scatter"})
+
+
+@dataclass(frozen=True)
+class RegimeFeatures:
+    """What the classifier looks at; every field may be unknown (None)."""
+
+    periodic: bool
+    inner_period: bool = False
+    bursts_per_period: float | None = None
+    bursty: bool = False
+    bursts: int = 0
+    mean_rate: float | None = None
+    collective_calls: int | None = None
+    gather_share: float | None = None
+    sparse_share: float | None = None
+
+
+def collective_shares(collectives: Mapping[str, tuple[int, int]]) -> tuple[float, float] | None:
+    """(AllGather+ReduceScatter, AlltoAll+P2P) shares of the collective bytes, or None."""
+    total = sum(b for _, b in collectives.values())
+    if total <= 0:
+        return None
+    gather = sum(b for op, (_, b) in collectives.items() if op in _GATHER_OPS)
+    sparse = sum(b for op, (_, b) in collectives.items() if op in _SPARSE_OPS)
+    return gather / total, sparse / total
+
+
+def classify_regime(f: RegimeFeatures, *, idle_bytes_per_s: float = IDLE_BYTES_PER_S) -> str:
+    """Apply the rule in the module docstring."""
+    no_collectives = f.collective_calls is None or f.collective_calls == 0
+    quiet = f.mean_rate is not None and f.mean_rate < idle_bytes_per_s
+    if quiet and no_collectives:
+        return "idle"
+    if f.mean_rate is None and f.collective_calls == 0:
+        return "idle"
+    if f.periodic:
+        train = f.inner_period or (f.bursts_per_period is not None and f.bursts_per_period >= 6)
+        if train or (f.gather_share is not None and f.gather_share >= 0.5):
+            return "finetune"
+        return "training"
+    if f.sparse_share is not None and f.sparse_share >= 0.5:
+        return "inference"
+    if f.bursty and f.bursts >= MIN_APERIODIC_BURSTS:
+        return "inference"
+    if quiet:
+        return "idle"
+    return "unknown"

@@ -1,0 +1,137 @@
+"""Human-readable rendering of an estimate: the parameter table and a one-line summary."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from agent.estimate import Estimate
+
+__all__ = ["format_bytes", "format_rate", "render_summary_line", "render_table", "verdict"]
+
+#: The domain's alert threshold: communication more than half of every step.
+BOTTLENECK_DUTY = 0.5
+
+
+def format_bytes(n: float | None) -> str:
+    """Decimal units, as link rates and nccl-tests use them (1 GB = 1e9 B)."""
+    if n is None:
+        return "—"
+    for unit, scale in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if abs(n) >= scale:
+            return f"{n / scale:.3g} {unit}"
+    return f"{n:.0f} B"
+
+
+def format_rate(bps: float | None) -> str:
+    """Bytes/s with the bit rate network people think in."""
+    if bps is None:
+        return "—"
+    gbit = bps * 8 / 1e9
+    return f"{format_bytes(bps)}/s ({gbit:.3g} Gb/s)"
+
+
+def _seconds(s: float | None) -> str:
+    if s is None:
+        return "—"
+    if s < 1.0:
+        return f"{s * 1e3:.4g} ms"
+    return f"{s:.5g} s"
+
+
+def verdict(e: Estimate) -> str:
+    """One sentence an operator can act on."""
+    if e.regime == "idle":
+        return "No collective traffic: the host is idle."
+    if e.period_s is None:
+        if e.regime == "inference":
+            return (
+                "No sync period: random, short bursts (inference-like); judge it by latency "
+                "percentiles, not by T and D."
+            )
+        return "No sync period found in this window."
+    if e.duty_cycle is None:
+        return "Periodic traffic, but D cannot be measured at this resolution."
+    if e.duty_cycle > BOTTLENECK_DUTY:
+        return (
+            f"D = {e.duty_cycle:.2f} > {BOTTLENECK_DUTY}: the network is the bottleneck of "
+            "this job (communication takes more than half of every step)."
+        )
+    return f"D = {e.duty_cycle:.2f} ≤ {BOTTLENECK_DUTY}: compute-bound; the network has headroom."
+
+
+def render_table(
+    e: Estimate,
+    *,
+    sources: Mapping[str, list[str]] | None = None,
+    extra: Mapping[str, object] | None = None,
+) -> str:
+    """The parameter table ``commpulse analyze`` prints."""
+    rows: list[tuple[str, str, str]] = []
+    conf = f"confidence {e.confidence:.2f}"
+    detail = [conf]
+    if e.period_source:
+        detail.append(f"from {e.period_source.replace('_', ' ')}")
+    if e.period_cycles:
+        detail.append(f"{e.period_cycles:.0f} cycles in window")
+    rows.append(("regime", e.regime, ""))
+    rows.append(("T  sync period", _seconds(e.period_s), ", ".join(detail)))
+    if e.inner_period_s is not None:
+        rows.append(("   inner period", _seconds(e.inner_period_s), "layer / micro-step spacing"))
+    b_note = f"busier direction: {e.direction}" if e.direction else ""
+    rows.append(("B  burst bandwidth", format_rate(e.burst_bandwidth), b_note))
+    d_note = {
+        "gpu_exposed": f"exposed communication (GPU signal: {e.gpu_signal})",
+        "network": "network on-fraction (no compute-distinguishing GPU signal)",
+    }.get(e.duty_cycle_source or "", "")
+    rows.append(("D  duty cycle", "—" if e.duty_cycle is None else f"{e.duty_cycle:.3f}", d_note))
+    if e.network_on_ratio is not None:
+        rows.append(("   network on", f"{e.network_on_ratio:.3f}", "fraction of time in a burst"))
+    if e.overlapped_ratio is not None:
+        rows.append(
+            ("   overlapped", f"{e.overlapped_ratio:.3f}", "communication hidden by compute")
+        )
+    if e.compute_ratio is not None:
+        rows.append(("   GPU computing", f"{e.compute_ratio:.3f}", "fraction of time"))
+    rows.append(("V  bytes / step", format_bytes(e.bytes_per_iteration), "on the wire, B·D·T"))
+    rows.append(("N  ranks", "—" if e.nranks is None else str(e.nranks), "from the NCCL log"))
+    rows.append(
+        ("S  bytes / step", format_bytes(e.step_bytes), "collective size per rank (NCCL log)")
+    )
+    rows.append(("mean bandwidth", format_rate(e.mean_bandwidth), ""))
+    width = max(len(r[0]) for r in rows)
+    vwidth = max(len(r[1]) for r in rows)
+    lines = []
+    if sources:
+        lines.append("sources: " + "; ".join(f"{k}: {', '.join(v)}" for k, v in sources.items()))
+        lines.append("")
+    for name, value, note in rows:
+        lines.append(f"  {name:<{width}}  {value:<{vwidth}}  {note}".rstrip())
+    if e.collectives:
+        lines.append("")
+        total = sum(b for _, b in e.collectives.values()) or 1
+        lines.append(f"  {'collective':<14} {'calls':>10} {'bytes (S)':>12} {'share':>7}")
+        for op, (count, nbytes) in sorted(e.collectives.items(), key=lambda kv: -kv[1][1]):
+            lines.append(
+                f"  {op:<14} {count:>10} {format_bytes(nbytes):>12} {nbytes / total:>7.1%}"
+            )
+    capture = (extra or {}).get("capture")
+    if isinstance(capture, Mapping):
+        lines.append("")
+        lines.append(
+            f"  capture: {capture.get('packets')} packets, {capture.get('flows')} flows, "
+            f"{capture.get('roce_qps')} RoCE QPs, {capture.get('cnp_packets')} CNPs"
+        )
+    lines.append("")
+    lines.append(verdict(e))
+    for w in e.warnings:
+        lines.append(f"warning: {w}")
+    return "\n".join(lines)
+
+
+def render_summary_line(e: Estimate) -> str:
+    """The live one-liner of ``commpulse demo``."""
+    t = "T=—" if e.period_s is None else f"T={_seconds(e.period_s)}"
+    b = "B=—" if e.burst_bandwidth is None else f"B={format_bytes(e.burst_bandwidth)}/s"
+    d = "D=—" if e.duty_cycle is None else f"D={e.duty_cycle:.3f}"
+    flag = "  NETWORK BOTTLENECK" if (e.duty_cycle or 0) > BOTTLENECK_DUTY and e.period_s else ""
+    return f"{t}  {b}  {d}  conf={e.confidence:.2f}  regime={e.regime}{flag}"

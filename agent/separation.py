@@ -1,0 +1,200 @@
+"""Split communication into the part hidden by compute and the part the step waits for.
+
+D is "communication time / T", but the network is also busy while the GPU computes
+(overlapped DDP buckets), and NCCL kernels keep ``utilization.gpu`` at 100 % while they spin.
+Only a signal that tells compute from NCCL (SM activity, tensor-pipe activity) can say which
+communication is *exposed*: traffic flowing while the GPU is not computing.
+
+Per grid slot: ``u`` = network on-level in 0..1 from the burst levels, ``c`` = computing level in
+0..1 from the GPU signal between its low (exposed-comm or idle) and busy plateaus. Then
+``exposed = mean(u·(1−c))``, ``overlapped = mean(u·c)``, ``compute = mean(c)``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from agent.levels import two_means
+
+__all__ = [
+    "DISTINGUISHING_SIGNALS",
+    "SIGNAL_RANK",
+    "DutySplit",
+    "GpuWindows",
+    "best_signal",
+    "gpu_windows",
+    "split_duty",
+]
+
+FloatArray = npt.NDArray[np.float64]
+
+#: Signals in order of preference. Tensor-pipe and SM activity drop during NCCL-only phases
+#: (NCCL uses no tensor pipes and few SMs); graphics-engine activity and utilization.gpu count
+#: any resident kernel, NCCL's spin included, so they cannot separate compute from comm.
+SIGNAL_RANK = ("tensor_active", "sm_active", "gr_engine_active", "util")
+DISTINGUISHING_SIGNALS = frozenset({"tensor_active", "sm_active"})
+
+
+def best_signal(available: set[str] | frozenset[str]) -> str | None:
+    """The most compute-specific signal among those available."""
+    for name in SIGNAL_RANK:
+        if name in available:
+            return name
+    return None
+
+
+@dataclass(frozen=True)
+class DutySplit:
+    """Exposed and overlapped communication as fractions of time."""
+
+    signal: str
+    distinguishing: bool
+    exposed: float | None
+    overlapped: float | None
+    compute_fraction: float | None
+    gpu_interval_s: float
+    reason: str | None = None
+
+
+@dataclass(frozen=True)
+class GpuWindows:
+    """Per GPU sample: the window it averages over and its value (one GPU per array row set)."""
+
+    start: FloatArray
+    end: FloatArray
+    value: FloatArray
+    gpu: npt.NDArray[np.int64]
+    interval_s: float
+
+
+def gpu_windows(times: FloatArray, gpu: npt.NDArray[np.int64], values: FloatArray) -> GpuWindows:
+    """Turn GPU samples into averaging windows.
+
+    A GPU sample is an average over the interval that *ends* at its timestamp (DCGM and NVML
+    report that way); a GPU's first sample gets the window length of its median spacing.
+    """
+    starts, ends, vals, ids, steps = [], [], [], [], []
+    for g in np.unique(gpu):
+        sel = gpu == g
+        t, v = times[sel], values[sel]
+        order = np.argsort(t, kind="stable")
+        t, v = t[order], v[order]
+        if t.size < 2:
+            continue
+        step = float(np.median(np.diff(t)))
+        if step <= 0:
+            continue
+        # Windows come from every sample time, so a sample after a missing one (NaN) or a
+        # gap does not claim the missing window; only then are the NaN values dropped.
+        s = np.maximum(np.concatenate(([t[0] - step], t[:-1])), t - 2.0 * step)
+        ok = np.isfinite(v)
+        if int(ok.sum()) < 2:
+            continue
+        steps.append(step)
+        starts.append(s[ok])
+        ends.append(t[ok])
+        vals.append(v[ok])
+        ids.append(np.full(int(ok.sum()), g, dtype=np.int64))
+    if not steps:
+        empty = np.empty(0)
+        return GpuWindows(empty, empty, empty, np.empty(0, dtype=np.int64), float("nan"))
+    return GpuWindows(
+        start=np.concatenate(starts),
+        end=np.concatenate(ends),
+        value=np.concatenate(vals),
+        gpu=np.concatenate(ids),
+        interval_s=float(np.median(steps)),
+    )
+
+
+def split_duty(
+    rate: FloatArray,
+    t0: float,
+    dt: float,
+    off_level: float,
+    on_level: float,
+    windows: GpuWindows,
+    *,
+    signal: str,
+    shortest_phase_s: float | None,
+) -> DutySplit:
+    """Exposed / overlapped communication from the network grid and GPU sample windows.
+
+    Per GPU window: ``n`` = network on-fraction inside it (from the finer network grid),
+    ``c`` = computing fraction from the GPU value. Inside one window the GPU is assumed to
+    compute while the network is quiet first (``exposed = min(n, 1 − c)``): exact when
+    compute and communication alternate — the transitions, where a plain product of the two
+    would smear — and zero when the window is computing throughout.
+
+    Args:
+        rate: network rate per grid slot (NaN = unknown).
+        t0: start of the first grid slot.
+        dt: grid step.
+        off_level: background rate (off-core mean).
+        on_level: burst rate (on-core mean).
+        windows: the GPU samples as windows (:func:`gpu_windows`).
+        signal: which signal the windows hold.
+        shortest_phase_s: the shorter of the communication and compute phases; the GPU
+            samples must be at most half of it to see the phases apart.
+    """
+    interval = windows.interval_s
+    distinguishing = signal in DISTINGUISHING_SIGNALS
+    if not distinguishing:
+        return DutySplit(
+            signal, False, None, None, None, interval,
+            f"{signal} counts NCCL kernels as busy, so it cannot tell compute from "
+            "communication; D is the network on-fraction",
+        )  # fmt: skip
+    if shortest_phase_s is not None and interval > 0.5 * shortest_phase_s:
+        return DutySplit(
+            signal, True, None, None, None, interval,
+            f"GPU samples every {interval:.3g} s cannot resolve phases of "
+            f"{shortest_phase_s:.3g} s; D is the network on-fraction",
+        )  # fmt: skip
+    if on_level <= off_level or windows.value.size == 0:
+        return DutySplit(signal, True, None, None, None, interval, "no GPU samples")
+    # Unclipped per slot and clipped per window: clipping noisy background samples at 0 one
+    # by one would turn zero-mean noise into a positive on-fraction.
+    u = (rate - off_level) / (on_level - off_level)
+    known = np.isfinite(u)
+    csum_u = np.concatenate(([0.0], np.cumsum(np.where(known, u, 0.0))))
+    csum_k = np.concatenate(([0], np.cumsum(known)))
+    lo = np.clip(np.round((windows.start - t0) / dt).astype(np.int64), 0, rate.size)
+    hi = np.clip(np.round((windows.end - t0) / dt).astype(np.int64), 0, rate.size)
+    count = csum_k[hi] - csum_k[lo]
+    inside = count >= 1
+    if int(inside.sum()) < 8:
+        return DutySplit(
+            signal, True, None, None, None, interval,
+            "GPU and network samples do not overlap in time",
+        )  # fmt: skip
+    n = (csum_u[hi] - csum_u[lo])[inside] / count[inside]
+    g = windows.value[inside]
+    low, busy = two_means(g)
+    if busy < 0.05:
+        c = np.zeros_like(g)  # the GPU does not compute at all
+    elif busy - low < 0.25 * busy:
+        c = np.ones_like(g)  # the GPU never leaves its compute plateau
+    else:
+        c = np.clip((g - low) / (busy - low), 0.0, 1.0)
+    # Plateau windows are taken linearly (GPU idle: all traffic is exposed; GPU computing the
+    # whole window: none is), so their noise averages out instead of being clipped; only
+    # windows that straddle a transition go through min(n, 1 - c).
+    c = np.where(c >= 0.9, 1.0, np.where(c <= 0.1, 0.0, c))
+    exposed = np.where(
+        c == 0.0, n, np.where(c == 1.0, 0.0, np.minimum(np.clip(n, 0.0, 1.0), 1.0 - c))
+    )
+    n = np.clip(n, 0.0, None)
+    weight = count[inside].astype(np.float64)
+    total = float(weight.sum())
+    return DutySplit(
+        signal=signal,
+        distinguishing=True,
+        exposed=float(np.dot(exposed, weight) / total),
+        overlapped=float(np.dot(np.clip(n - exposed, 0.0, None), weight) / total),
+        compute_fraction=float(np.dot(c, weight) / total),
+        gpu_interval_s=interval,
+    )

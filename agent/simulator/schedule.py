@@ -1,0 +1,297 @@
+"""The event list of a simulated job: network bursts, GPU compute phases, collective calls.
+
+Ground truth is known by construction: every number in ``truth.json`` is computed from this
+event list, never from the sampled files.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from agent.simulator.nccl_writer import LoggedCall
+from agent.simulator.params import JobParams, allreduce_wire_bytes, gather_wire_bytes
+
+__all__ = ["Schedule", "build_schedule"]
+
+FloatArray = npt.NDArray[np.float64]
+
+#: NCCL datatype id of bfloat16 (2 bytes), what current training stacks communicate in.
+BF16 = 9
+BF16_BYTES = 2
+
+#: Fraction of SMs an NCCL kernel keeps busy while the GPU does nothing else (NVIDIA/nccl#1463
+#: measured ~15 % for a kernel running alone); what SM-activity reads during exposed comm.
+SM_ACTIVE_COMM = 0.12
+SM_ACTIVE_COMPUTE = 0.85
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """A job as events on ``[0, duration_s)`` (seconds from the job start).
+
+    ``bursts`` rows are (start, end, rate) of collective traffic on each rank's link, per
+    direction (ring collectives send and receive the same amount). ``compute`` rows are
+    (start, end) of GPU compute phases. ``calls`` are the NCCL COLL lines, per local rank.
+    """
+
+    params: JobParams
+    bursts: FloatArray
+    compute: FloatArray
+    calls: list[LoggedCall]
+    iteration_starts: FloatArray
+    truth: dict[str, Any] = field(default_factory=dict)
+
+
+def _iteration_lengths(p: JobParams, rng: np.random.Generator, base: float) -> list[float]:
+    """Iteration durations with i.i.d. jitter and a linear drift of the nominal period."""
+    assert p.duration_s is not None
+    out: list[float] = []
+    t = 0.0
+    while t < p.duration_s + base:
+        nominal = base * (1.0 + p.drift * min(1.0, t / p.duration_s))
+        length = nominal + p.jitter * base * float(rng.standard_normal())
+        length = max(length, 0.2 * nominal)
+        out.append(length)
+        t += length
+    return out
+
+
+def _enqueue_calls(
+    rng: np.random.Generator, p: JobParams, at: float, op: str, count: int, peer: int = 0
+) -> list[LoggedCall]:
+    """One COLL line per local rank, the host a little ahead of the GPU (enqueue time)."""
+    ahead = float(rng.uniform(0.0005, 0.002))
+    return [
+        LoggedCall(
+            time_s=p.start_time_s + max(0.0, at - ahead + 1e-5 * r),
+            op=op,
+            count=count,
+            datatype=BF16,
+            local_rank=r,
+            peer=peer,
+        )
+        for r in range(p.local_ranks)
+    ]
+
+
+def _training(p: JobParams, rng: np.random.Generator) -> Schedule:
+    assert p.period_s is not None
+    assert p.duty is not None
+    assert p.duration_s is not None
+    comm = p.duty * p.period_s
+    lengths = _iteration_lengths(p, rng, p.period_s)
+    bursts, compute, calls, starts = [], [], [], []
+    bucket_count = max(1, round(p.size_bytes / p.buckets / BF16_BYTES))
+    t = -float(rng.uniform(0.0, p.period_s))  # the job was already running when we started
+    for length in lengths:
+        compute_end = t + (length - comm)
+        starts.append(compute_end)
+        compute.append((t, compute_end))
+        bursts.append((compute_end, compute_end + comm, p.bandwidth))
+        for _ in range(p.buckets):
+            calls.extend(_enqueue_calls(rng, p, compute_end, "AllReduce", bucket_count))
+        t += length
+    sched = _clip(p, bursts, compute, calls, starts)
+    size = bucket_count * BF16_BYTES * p.buckets
+    sched.truth.update(
+        regime="training",
+        size_bytes=size,
+        wire_bytes_per_iteration=allreduce_wire_bytes(size, p.nranks),
+        nominal_period_s=p.period_s,
+        inner_period_s=None,
+    )
+    return sched
+
+
+def _finetune(p: JobParams, rng: np.random.Generator) -> Schedule:
+    """ZeRO-3 without prefetch: a layer train of collectives, then the optimizer step.
+
+    Per layer: AllGather then compute (forward); AllGather, compute, ReduceScatter (backward).
+    """
+    assert p.period_s is not None
+    assert p.duration_s is not None
+    layer_bytes = p.size_bytes / p.layers
+    layer_comm = gather_wire_bytes(layer_bytes, p.nranks) / p.bandwidth
+    per_rank_count = max(1, round(layer_bytes / p.nranks / BF16_BYTES))
+    lengths = _iteration_lengths(p, rng, p.period_s)
+    bursts, compute, calls, starts = [], [], [], []
+    t = -float(rng.uniform(0.0, p.period_s))
+    for length in lengths:
+        scale = (length - p.optimizer_s) / (p.period_s - p.optimizer_s)
+        fwd = p.layer_compute_s * scale
+        bwd = 2.0 * p.layer_compute_s * scale
+        starts.append(t)
+        for _ in range(p.layers):
+            bursts.append((t, t + layer_comm, p.bandwidth))
+            calls.extend(_enqueue_calls(rng, p, t, "AllGather", per_rank_count))
+            t += layer_comm
+            compute.append((t, t + fwd))
+            t += fwd
+        for _ in range(p.layers):
+            bursts.append((t, t + layer_comm, p.bandwidth))
+            calls.extend(_enqueue_calls(rng, p, t, "AllGather", per_rank_count))
+            t += layer_comm
+            compute.append((t, t + bwd))
+            t += bwd
+            bursts.append((t, t + layer_comm, p.bandwidth))
+            calls.extend(_enqueue_calls(rng, p, t, "ReduceScatter", per_rank_count))
+            t += layer_comm
+        compute.append((t, t + p.optimizer_s))
+        t += p.optimizer_s
+    sched = _clip(p, bursts, compute, calls, starts)
+    size = per_rank_count * p.nranks * BF16_BYTES * p.layers
+    sched.truth.update(
+        regime="finetune",
+        size_bytes=size,
+        layers=p.layers,
+        collectives_per_step=3 * p.layers,
+        layer_spacing_forward_s=layer_comm + p.layer_compute_s,
+        layer_spacing_backward_s=0.5 * (2 * layer_comm + 2 * p.layer_compute_s),
+        nominal_period_s=p.period_s,
+        inner_period_s=layer_comm + p.layer_compute_s,
+    )
+    return sched
+
+
+def _inference(p: JobParams, rng: np.random.Generator) -> Schedule:
+    """MoE expert parallelism: requests at Poisson times, so no period by construction.
+
+    Each request runs an AlltoAll dispatch and combine per MoE layer around the expert compute.
+    """
+    assert p.duration_s is not None
+    size = p.tokens * p.hidden * BF16_BYTES  # bytes per AlltoAll, all peers together
+    comm = gather_wire_bytes(size, p.nranks) / p.bandwidth
+    per_peer = max(1, round(size / p.nranks / BF16_BYTES))
+    bursts, compute, calls, starts = [], [], [], []
+    t = float(rng.exponential(1.0 / p.arrival_rate_hz))
+    busy_until = 0.0
+    while t < p.duration_s:
+        s = max(t, busy_until)  # one request at a time on this replica
+        starts.append(s)
+        for _ in range(p.moe_layers):
+            for op_at in (s, s + comm + p.expert_compute_s):
+                bursts.append((op_at, op_at + comm, p.bandwidth))
+                calls.extend(_enqueue_calls(rng, p, op_at, "AlltoAll", per_peer))
+            compute.append((s + comm, s + comm + p.expert_compute_s))
+            s += 2 * comm + p.expert_compute_s
+        busy_until = s
+        t += float(rng.exponential(1.0 / p.arrival_rate_hz))
+    sched = _clip(p, bursts, compute, calls, starts)
+    sched.truth.update(
+        regime="inference",
+        size_bytes=size,
+        arrival_rate_hz=p.arrival_rate_hz,
+        alltoall_bytes=size,
+        nominal_period_s=None,
+        inner_period_s=None,
+    )
+    return sched
+
+
+def _idle(p: JobParams) -> Schedule:
+    sched = _clip(p, [], [], [], [])
+    sched.truth.update(regime="idle", size_bytes=None, nominal_period_s=None)
+    return sched
+
+
+def _clip(
+    p: JobParams,
+    bursts: list[tuple[float, float, float]],
+    compute: list[tuple[float, float]],
+    calls: list[LoggedCall],
+    starts: list[float],
+) -> Schedule:
+    """Keep what falls inside the run and compute the window's ground truth."""
+    assert p.duration_s is not None
+    end = p.duration_s
+    b = np.asarray(bursts, dtype=np.float64).reshape(-1, 3)
+    b = b[(b[:, 1] > 0) & (b[:, 0] < end)]
+    b[:, 0] = np.clip(b[:, 0], 0, end)
+    b[:, 1] = np.clip(b[:, 1], 0, end)
+    c = np.asarray(compute, dtype=np.float64).reshape(-1, 2)
+    c = c[(c[:, 1] > 0) & (c[:, 0] < end)]
+    c = np.clip(c, 0, end)
+    kept_calls = [call for call in calls if p.start_time_s <= call.time_s < p.start_time_s + end]
+    s = np.asarray(starts, dtype=np.float64)
+    s = s[(s >= 0) & (s < end)]
+    truth: dict[str, Any] = {}
+    background = p.background_fraction * p.bandwidth
+    busy = _union_length(b[:, :2]) if b.size else 0.0
+    if p.period_s is not None and s.size >= 2:
+        # Realised truth: over the complete iterations inside the run.
+        first, last = float(s[0]), float(s[-1])
+        inside = b[(b[:, 0] >= first) & (b[:, 0] < last)]
+        comm_time = _union_length(inside[:, :2]) if inside.size else 0.0
+        period = (last - first) / (s.size - 1)
+        duty = comm_time / (last - first)
+        truth.update(
+            period_s=period,
+            duty_cycle=duty,
+            network_on_ratio=duty,
+            bytes_per_iteration=p.bandwidth * comm_time / (s.size - 1) * p.local_ranks,
+            iterations=int(s.size - 1),
+        )
+    else:
+        truth.update(
+            period_s=None,
+            duty_cycle=busy / end if p.scenario == "inference" else None,
+            network_on_ratio=busy / end,
+        )
+    truth.update(
+        burst_bandwidth_bytes_per_s=(
+            (p.bandwidth + background) * p.local_ranks if b.size else None
+        ),
+        collective_bandwidth_bytes_per_s=p.bandwidth * p.local_ranks if b.size else None,
+        background_bytes_per_s=background * p.local_ranks,
+        noise_bytes_per_s=p.noise_fraction * p.bandwidth * math.sqrt(p.local_ranks),
+        nranks=p.nranks,
+        local_ranks=p.local_ranks,
+        duration_s=end,
+        sample_rate_hz=p.sample_rate_hz,
+        gpu_interval_s=p.gpu_interval_s,
+        seed=p.seed,
+        scenario=p.scenario,
+        start_time_s=p.start_time_s,
+        timezone="UTC",
+    )
+    return Schedule(
+        params=p,
+        bursts=b,
+        compute=c,
+        calls=kept_calls,
+        iteration_starts=s,
+        truth=truth,
+    )
+
+
+def _union_length(intervals: FloatArray) -> float:
+    """Total length covered by possibly overlapping intervals."""
+    if intervals.size == 0:
+        return 0.0
+    order = np.argsort(intervals[:, 0])
+    total, cur_s, cur_e = 0.0, float(intervals[order[0], 0]), float(intervals[order[0], 1])
+    for i in order[1:]:
+        s, e = float(intervals[i, 0]), float(intervals[i, 1])
+        if s > cur_e:
+            total += cur_e - cur_s
+            cur_s, cur_e = s, e
+        else:
+            cur_e = max(cur_e, e)
+    return total + cur_e - cur_s
+
+
+def build_schedule(p: JobParams) -> Schedule:
+    """The event list of a resolved job (see :func:`agent.simulator.params.resolve`)."""
+    rng = np.random.default_rng(p.seed)
+    if p.scenario == "training":
+        return _training(p, rng)
+    if p.scenario == "finetune":
+        return _finetune(p, rng)
+    if p.scenario == "inference":
+        return _inference(p, rng)
+    return _idle(p)

@@ -1,0 +1,76 @@
+"""Online state on top of per-window estimates: lock, hold, re-lock after a change of T.
+
+A single window can be fooled (a missed burst, a checkpoint pause). The live agent reports a
+period only after two consecutive windows agree, keeps it while windows stay close, and
+re-locks — asking the window to forget data older than a few new periods — when two
+consecutive windows agree on a different period (research/period_estimation.md §3.7).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["PeriodTracker", "TrackerUpdate"]
+
+
+@dataclass(frozen=True)
+class TrackerUpdate:
+    """The period to report, and whether the window should restart at ``restart_before_s``."""
+
+    period_s: float | None
+    locked: bool
+    changed: bool
+
+
+def _close(a: float, b: float, tol: float) -> bool:
+    return abs(a / b - 1.0) <= tol
+
+
+class PeriodTracker:
+    """Lock after ``lock_after`` agreeing windows; drop after ``unlock_after`` empty ones."""
+
+    def __init__(
+        self,
+        *,
+        agree: float = 0.03,
+        change: float = 0.05,
+        lock_after: int = 2,
+        unlock_after: int = 3,
+    ) -> None:
+        self._agree = agree
+        self._change = change
+        self._lock_after = lock_after
+        self._unlock_after = unlock_after
+        self._locked: float | None = None
+        self._candidate: float | None = None
+        self._streak = 0
+        self._misses = 0
+
+    @property
+    def locked(self) -> float | None:
+        """The period currently reported."""
+        return self._locked
+
+    def update(self, period_s: float | None) -> TrackerUpdate:
+        """Feed one window's period (None = no period found)."""
+        if period_s is None:
+            self._misses += 1
+            self._candidate, self._streak = None, 0
+            if self._misses >= self._unlock_after:
+                self._locked = None
+            return TrackerUpdate(self._locked, self._locked is not None, False)
+        self._misses = 0
+        if self._locked is not None and _close(period_s, self._locked, self._change):
+            self._locked = period_s
+            self._candidate, self._streak = None, 0
+            return TrackerUpdate(period_s, True, False)
+        if self._candidate is not None and _close(period_s, self._candidate, self._agree):
+            self._streak += 1
+        else:
+            self._candidate, self._streak = period_s, 1
+        if self._streak >= self._lock_after:
+            changed = self._locked is not None
+            self._locked = period_s
+            self._candidate, self._streak = None, 0
+            return TrackerUpdate(period_s, True, changed)
+        return TrackerUpdate(self._locked, self._locked is not None, False)

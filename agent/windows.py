@@ -1,0 +1,256 @@
+"""Rolling windows: fixed-memory ring buffers fed by live readings.
+
+Counter readings become per-direction byte increments here (with the same wrap / reset rules
+as the offline path, :func:`agent.rates.counter_deltas`), so the estimator sees exactly what
+``analyze`` would see for the same data. No clock is read: every reading carries its time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from agent.estimate import CollectiveMix, GpuSamples
+from agent.rates import (
+    Direction,
+    GridSeries,
+    column_direction,
+    counter_delta,
+    grid_from_cumulative,
+)
+from collectors._base import CollectiveCall, CounterReading, GpuReading
+
+__all__ = [
+    "CollectiveWindow",
+    "CounterWindow",
+    "GpuWindow",
+    "Ring",
+    "window_capacity",
+]
+
+FloatArray = npt.NDArray[np.float64]
+
+
+class Ring:
+    """A ring of fixed capacity over several float64 columns; ``view()`` returns time order."""
+
+    def __init__(self, capacity: int, columns: int) -> None:
+        if capacity < 2:
+            raise ValueError("capacity must be at least 2")
+        self._data = np.zeros((capacity, columns), dtype=np.float64)
+        self._head = 0
+        self._size = 0
+
+    @property
+    def capacity(self) -> int:
+        """Rows the ring holds at most."""
+        return int(self._data.shape[0])
+
+    def __len__(self) -> int:
+        return self._size
+
+    def append(self, row: npt.ArrayLike) -> None:
+        """Add one row, overwriting the oldest when full."""
+        self._data[self._head] = row
+        self._head = (self._head + 1) % self.capacity
+        self._size = min(self._size + 1, self.capacity)
+
+    def view(self) -> FloatArray:
+        """All rows, oldest first (a copy)."""
+        if self._size < self.capacity:
+            return self._data[: self._size].copy()
+        return np.concatenate((self._data[self._head :], self._data[: self._head]))
+
+    def last(self) -> FloatArray | None:
+        """The newest row (a copy), or None when empty."""
+        if self._size == 0:
+            return None
+        row: FloatArray = self._data[(self._head - 1) % self.capacity].copy()
+        return row
+
+    def drop_before(self, t: float, column: int = 0) -> None:
+        """Forget rows whose ``column`` value is below ``t`` (rows are in time order)."""
+        rows = self.view()
+        keep = rows[rows[:, column] >= t]
+        self._data[:] = 0.0
+        self._head = 0
+        self._size = 0
+        for row in keep:
+            self.append(row)
+
+
+@dataclass
+class _ColumnState:
+    value: int
+    time_s: float
+    bits: int
+    largest: float = 0.0
+
+
+class CounterWindow:
+    """Per-direction cumulative bytes at each poll, ready to be gridded.
+
+    Each row is ``(time, cumulative bytes, 1.0 if the interval ending here is known)`` per
+    direction. A column that was not read at the previous poll cannot say how its bytes split
+    over the missed intervals, so the interval is marked unknown rather than guessed.
+    """
+
+    def __init__(self, capacity: int) -> None:
+        self._rings: dict[Direction, Ring] = {}
+        self._capacity = capacity
+        self._columns: dict[str, _ColumnState] = {}
+        self._cumulative: dict[Direction, float] = {}
+        self._last_time: float | None = None
+        self.resets = 0
+        self.wraps = 0
+
+    def add(self, reading: CounterReading) -> None:
+        """Account one poll."""
+        t = reading.time_s
+        if self._last_time is not None and t <= self._last_time:
+            return  # a duplicate or out-of-order poll carries no interval
+        increments: dict[Direction, float] = {}
+        known: dict[Direction, bool] = {}
+        for name in self._columns:
+            if name not in reading.values:
+                known[column_direction(name)] = False  # not read this time: a gap
+        for name, value in reading.values.items():
+            d = column_direction(name)
+            known.setdefault(d, True)
+            state = self._columns.get(name)
+            if state is None:
+                # A device that appears (hot-plug, driver reload) starts counting from here.
+                self._columns[name] = _ColumnState(value, t, 32 if value < 2**32 else 64)
+                continue
+            delta: int | None = None
+            if state.time_s == self._last_time:
+                delta = counter_delta(state.value, value, bits=state.bits, largest=state.largest)
+            if delta is None:
+                if value < state.value:
+                    self.resets += 1
+                known[d] = False
+            else:
+                if value < state.value:
+                    self.wraps += 1
+                state.largest = max(state.largest, float(delta))
+                increments[d] = increments.get(d, 0.0) + float(delta)
+            if value >= 2**32:
+                state.bits = 64
+            state.value, state.time_s = value, t
+        for d, ok in known.items():
+            ring = self._rings.get(d)
+            if ring is None:
+                ring = self._rings[d] = Ring(self._capacity, 3)
+            cum = self._cumulative.get(d, 0.0) + increments.get(d, 0.0)
+            self._cumulative[d] = cum
+            ring.append((t, cum, 1.0 if ok else 0.0))
+        self._last_time = t
+
+    def __len__(self) -> int:
+        return max((len(r) for r in self._rings.values()), default=0)
+
+    def span_s(self) -> float:
+        """Seconds between the oldest and newest poll held."""
+        spans = []
+        for ring in self._rings.values():
+            rows = ring.view()
+            if rows.shape[0] >= 2:
+                spans.append(float(rows[-1, 0] - rows[0, 0]))
+        return max(spans, default=0.0)
+
+    def drop_before(self, t: float) -> None:
+        """Forget polls older than ``t`` (after a step change of the period)."""
+        for ring in self._rings.values():
+            ring.drop_before(t)
+
+    def grids(self, dt: float | None = None) -> dict[Direction, GridSeries]:
+        """Per-direction rate grids over the window (directions with at least 3 polls)."""
+        out: dict[Direction, GridSeries] = {}
+        for d, ring in self._rings.items():
+            rows = ring.view()
+            if rows.shape[0] < 3:
+                continue
+            times = rows[:, 0]
+            deltas = np.diff(rows[:, 1])
+            deltas[rows[1:, 2] < 0.5] = np.nan
+            try:
+                out[d] = grid_from_cumulative(times, deltas, dt=dt)
+            except ValueError:
+                continue
+        return out
+
+
+class GpuWindow:
+    """Recent GPU samples, one ring of (time, gpu, signal values...) per signal set."""
+
+    def __init__(self, capacity: int) -> None:
+        self._capacity = capacity
+        self._signals: tuple[str, ...] | None = None
+        self._ring: Ring | None = None
+
+    def add(self, reading: GpuReading) -> None:
+        """Account one sample; a change of the signal set restarts the window."""
+        names = tuple(sorted(reading.signals))
+        if names != self._signals or self._ring is None:
+            self._signals = names
+            self._ring = Ring(self._capacity, 2 + len(names))
+        row = [reading.time_s, float(reading.gpu)]
+        row.extend(float(reading.signals[n]) for n in names)
+        self._ring.append(row)
+
+    def samples(self, since: float | None = None) -> GpuSamples | None:
+        """The window's samples (optionally only those at or after ``since``)."""
+        if self._ring is None or self._signals is None or len(self._ring) < 2:
+            return None
+        rows = self._ring.view()
+        if since is not None:
+            rows = rows[rows[:, 0] >= since]
+        if rows.shape[0] < 2:
+            return None
+        return GpuSamples(
+            times=rows[:, 0],
+            gpu=rows[:, 1].astype(np.int64),
+            signals={n: rows[:, 2 + i] for i, n in enumerate(self._signals)},
+        )
+
+
+class CollectiveWindow:
+    """Recent collective calls plus running totals per op since the agent started."""
+
+    def __init__(self, capacity: int) -> None:
+        self._ring = Ring(capacity, 2)  # time, S bytes (NaN when unknown)
+        self.totals: dict[str, tuple[int, int]] = {}
+        self.nranks: int | None = None
+        self.processes: set[str] = set()
+
+    def add(self, call: CollectiveCall) -> None:
+        """Account one COLL line."""
+        count, nbytes = self.totals.get(call.op, (0, 0))
+        self.totals[call.op] = (count + 1, nbytes + (call.s_bytes or 0))
+        if call.nranks is not None:
+            self.nranks = max(self.nranks or 0, call.nranks)
+        self.processes.add(str(call.extra.get("process", call.comm)))
+        size = float(call.s_bytes) if call.s_bytes is not None else np.nan
+        self._ring.append((call.time_s, size))
+
+    def mix(self, since: float | None = None) -> CollectiveMix | None:
+        """The estimator's view: totals since start, timed calls within the window."""
+        if not self.totals:
+            return None
+        rows = self._ring.view()
+        if since is not None:
+            rows = rows[rows[:, 0] >= since]
+        return CollectiveMix(
+            ops=dict(self.totals),
+            nranks=self.nranks,
+            call_times=rows[:, 0],
+            call_bytes=rows[:, 1],
+            processes=len(self.processes),
+        )
+
+
+def window_capacity(window_s: float, rate_hz: float, *, minimum: int = 64) -> int:
+    """Ring size that holds ``window_s`` of samples at ``rate_hz`` (with 10 % slack)."""
+    return max(minimum, int(window_s * rate_hz * 1.1) + 1)

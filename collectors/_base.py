@@ -1,0 +1,72 @@
+"""What every source delivers, and the protocol a source implements.
+
+Sources emit raw readings stamped with the agent's monotonic clock; rates, deltas and every
+statistic are computed downstream (windows and estimators), never here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Protocol
+
+__all__ = [
+    "CollectiveCall",
+    "CounterReading",
+    "Emit",
+    "GpuReading",
+    "Reading",
+    "Source",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class CounterReading:
+    """One poll of cumulative byte counters.
+
+    ``values`` maps a column name (``<device>_tx_bytes`` / ``<device>_rx_bytes``) to the raw
+    cumulative counter as the OS reports it. A column missing from one poll means the device
+    could not be read this time (a gap), not zero.
+    """
+
+    time_s: float
+    values: Mapping[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class GpuReading:
+    """One GPU-activity sample.
+
+    ``signals`` holds fractions in 0..1 keyed by signal name (``sm_active``, ``tensor_active``,
+    ``gr_engine_active``, ``util``); ``util`` (utilization.gpu) is also a 0..1 fraction here.
+    """
+
+    time_s: float
+    gpu: int
+    signals: Mapping[str, float]
+
+
+@dataclass(frozen=True, slots=True)
+class CollectiveCall:
+    """One collective call as NCCL logs it (one per calling rank)."""
+
+    time_s: float
+    op: str
+    s_bytes: int | None
+    nranks: int | None
+    comm: str = ""
+    extra: Mapping[str, object] = field(default_factory=dict)
+
+
+Reading = CounterReading | GpuReading | CollectiveCall
+Emit = Callable[[Reading], None]
+
+
+class Source(Protocol):
+    """A live input. ``run`` loops until cancelled, handing each reading to ``emit``."""
+
+    name: str
+
+    async def run(self, emit: Emit) -> None:
+        """Read forever; raise :class:`agent.errors.SourceError` on failure."""
+        ...

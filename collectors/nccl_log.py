@@ -1,0 +1,1185 @@
+"""NCCL debug-log parser: a pure, sans-I/O line decoder, an accumulator, and a thin file reader.
+
+Reads what ``NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,COLL[,NET]`` prints (NCCL 2.3.5 → 2.30 and
+the RCCL fork), with or without NCCL's own timestamp prefix (``NCCL_DEBUG_TIMESTAMP_LEVELS``,
+2.26+) and with the prefixes launchers add (torchrun ``[rank0]:``, ``srun -l`` ``0: ``, OpenMPI
+``[1,0]<stdout>:``, Ray ``(RayTrainWorker pid=…) ``, mpirun ``[56] ``).
+
+Format reference: ``research/nccl_log_format.md`` (per-version format strings, read from
+https://github.com/NVIDIA/nccl at each tag). Line prefix: ``src/debug.cc``; COLL line:
+``src/enqueue.cc`` ``ncclEnqueueCheck``; init lines: ``src/init.cc``; IB devices:
+``src/transport/net_ib.cc``.
+
+Decisions a reader should know:
+
+* Every regex that can run over a whole line starts at a "token boundary" (a negative
+  look-behind), so a search over a pathological line (megabytes without spaces) stays linear.
+* NCCL prints its timestamp in *local* time without a zone. It is read here as if it were UTC,
+  so ``timestamp_s`` is off from true POSIX time by the host's UTC offset; only differences
+  (periods, inter-arrival times) are meaningful, and those are unaffected.
+* ``opCount`` is decoded but is not a sequence number (it stays 0 on NVLink-only comms, and is
+  shared by grouped calls); count lines instead.
+* Pointers are only unique inside a process, so a communicator is keyed by ``(host, pid, comm)``.
+"""
+
+from __future__ import annotations
+
+import re
+from array import array
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from functools import lru_cache
+from pathlib import Path
+from types import MappingProxyType
+from typing import Final, Literal
+
+import numpy as np
+import numpy.typing as npt
+
+from agent.errors import InputFormatError
+
+__all__ = [
+    "DATATYPE_SIZES",
+    "KNOWN_OPS",
+    "MAX_LINE_BYTES",
+    "PER_RANK_OPS",
+    "UNKNOWN_OP",
+    "CollLine",
+    "CommInfo",
+    "CommKey",
+    "InfoLine",
+    "InitLine",
+    "NcclEvent",
+    "NcclLogAccumulator",
+    "NcclLogSummary",
+    "NetLine",
+    "OpStats",
+    "TopologyLine",
+    "VersionLine",
+    "WarnLine",
+    "collective_bytes",
+    "parse_line",
+    "parse_records",
+    "parse_timestamp",
+    "read_nccl_log",
+    "read_nccl_logs",
+]
+
+#: NCCL datatype id → bytes per element (``ncclTypeSize``; ids from ``src/nccl.h.in``).
+#: 9 (bfloat16) exists from 2.10, 10/11 (fp8 e4m3/e5m2) from 2.24; ids never changed meaning.
+DATATYPE_SIZES: Final[Mapping[int, int]] = MappingProxyType(
+    {0: 1, 1: 1, 2: 4, 3: 4, 4: 8, 5: 8, 6: 2, 7: 4, 8: 8, 9: 2, 10: 1, 11: 1}
+)
+
+#: Ops whose nccl-tests S is count·size·nranks: the COLL ``count`` of AllGather is the per-rank
+#: sendcount, of ReduceScatter the per-rank recvcount, of AlltoAll/Gather/Scatter per peer
+#: (``src/collectives.cc``; nccl-tests ``src/*.cu`` ``*GetBw``).
+PER_RANK_OPS: Final[frozenset[str]] = frozenset(
+    {"AllGather", "ReduceScatter", "AlltoAll", "Gather", "Scatter"}
+)
+
+#: Every op name NCCL's ``ncclEnqueueCheck`` can log (``ncclFuncToString``): 2.3.7+ the five
+#: classic collectives, 2.7+ Send/Recv, 2.28+ AlltoAll/Gather/Scatter, 2.29+ the one-sided
+#: PutSignal/Signal/WaitSignal (S = count·size like Send; Signal/WaitSignal log count 0).
+KNOWN_OPS: Final[frozenset[str]] = PER_RANK_OPS | frozenset(
+    {"AllReduce", "Broadcast", "Reduce", "Send", "Recv", "PutSignal", "Signal", "WaitSignal"}
+)
+
+#: Op name given to NCCL 2.3.5 COLL lines, which print no op name (``src/collectives/*.cu @
+#: v2.3.5-5``). All five ops then have the same format except that Broadcast/Reduce add ``root``,
+#: and neither form tells which op it is, so the name is not guessed.
+UNKNOWN_OP: Final = "Unknown"
+
+#: Longest line :func:`read_nccl_log` decodes; NCCL itself cuts lines at 1023 bytes up to 2.28.
+MAX_LINE_BYTES: Final = 64 * 1024
+
+# (host, pid, comm pointer): a comm pointer is only unique inside one process.
+CommKey = tuple[str | None, int | None, str]
+
+# ---------------------------------------------------------------------------------------------
+# Regular expressions
+# ---------------------------------------------------------------------------------------------
+
+
+def _rx(pattern: str) -> re.Pattern[str]:
+    r"""Compile with ASCII classes: NCCL prints ASCII, and ``\d`` must not take other digits."""
+    return re.compile(pattern, re.ASCII)
+
+
+_PTR = r"\(nil\)|0x[0-9a-f]+"  # glibc %p: "0x" + lower-case hex, "(nil)" for NULL
+
+# NCCL's timestamp (2.26.2+, NCCL_DEBUG_TIMESTAMP_FORMAT default "[%F %T] ", with "%Nf" for
+# N = 1..9 fractional digits, src/debug.cc @ v2.26.2-1). Other strftime formats are not decoded:
+# the prefix below is still found, the line just gets no timestamp.
+_TS = r"(?:\[(?P<ts>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?)\] )?"
+
+# "%s:%d:%d [%d] " host:pid:tid [cudaDev] (src/debug.cc). The host is gethostname() cut at the
+# first '.', so it has no '.', ':' or blanks. The look-behind makes a host start at a token
+# boundary, which keeps `search` linear on long junk; it still accepts every launcher prefix
+# (they all end in ':', ' ' or ']' / ')' / '>').
+_HOST_PID_TID_DEV = (
+    r"(?<![^\s:\[\]()<>])(?P<host>[^\s:\[\]()<>]{1,255}):(?P<pid>\d{1,10}):(?P<tid>\d{1,10})"
+    r" \[(?P<dev>-?\d{1,6})\] "
+)
+
+# Every INFO/WARN prefix. WARN adds "file:line " (2.3 → 2.30.4) and "file:line (function) "
+# (2.30.7+, src/debug.cc @ v2.30.7-1) before "NCCL WARN".
+_PREFIX_RE: Final = _rx(
+    _TS
+    + _HOST_PID_TID_DEV
+    + r"(?:(?P<src>[^\s()]+:\d+)(?: \((?P<func>[^)\s]*)\))? )?NCCL (?P<level>INFO|WARN) "
+)
+
+# The COLL message, 2.3.7 → master: "%s: opCount %lx sendbuff %p recvbuff %p count %zi
+# datatype %d op %d root %d comm %p [nranks=%d] stream %p" (%zu from 2.22.3). RCCL appends
+# " task %d globalrank %d", hence no end anchor. The stream is optional so a record cut by a
+# glued neighbour still counts.
+_COLL_BODY = (
+    r"(?P<op>[A-Za-z]{1,64}): opCount (?P<opcount>[0-9a-fA-F]{1,16})"
+    r" sendbuff (?P<sendbuff>" + _PTR + r") recvbuff (?P<recvbuff>" + _PTR + r")"
+    r" count (?P<count>\d{1,20}) datatype (?P<dtype>\d{1,10}) op (?P<redop>-?\d{1,10})"
+    r" root (?P<root>-?\d{1,10}) comm (?P<comm>" + _PTR + r") \[nranks=(?P<nranks>\d{1,10})\]"
+    r"(?: stream (?P<stream>" + _PTR + r"))?"
+)
+_COLL_BODY_RE: Final = _rx(_COLL_BODY)
+# The same message found anywhere (its own prefix lost). The look-behind keeps the search linear.
+_COLL_BARE_RE: Final = _rx(r"(?<![A-Za-z])" + _COLL_BODY)
+# Prefix and COLL message in one search (parse_line's common case).
+_COLL_FULL_RE: Final = _rx(_TS + _HOST_PID_TID_DEV + r"NCCL INFO " + _COLL_BODY)
+# The same, capturing only what NcclLogAccumulator.feed accounts (timestamp seconds and
+# fraction, host, pid, op, count, datatype, comm, nranks): fewer groups make the hot-path
+# search and groups() cheaper. It accepts exactly the lines _COLL_FULL_RE accepts.
+_COLL_FAST_RE: Final = _rx(
+    r"(?:\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)(?:\.(\d+))?\] )?"
+    r"(?<![^\s:\[\]()<>])([^\s:\[\]()<>]{1,255}):(\d{1,10}):\d{1,10} \[-?\d{1,6}\] NCCL INFO "
+    r"([A-Za-z]{1,64}): opCount [0-9a-fA-F]{1,16} sendbuff (?:"
+    + _PTR
+    + r") recvbuff (?:"
+    + _PTR
+    + r") count (\d{1,20}) datatype (\d{1,10}) op -?\d{1,10} root -?\d{1,10}"
+    r" comm (" + _PTR + r") \[nranks=(\d{1,10})\]"
+)
+
+# NCCL 2.3.5 only (src/collectives/*.cu @ v2.3.5-5): no op name, a "size" field in bytes, and
+# "root %d" only in broadcast.cu/reduce.cu.
+_COLL_235_RE: Final = _rx(
+    r"opCount (?P<opcount>[0-9a-fA-F]{1,16})"
+    r" sendbuff (?P<sendbuff>" + _PTR + r") recvbuff (?P<recvbuff>" + _PTR + r")"
+    r" count (?P<count>\d{1,20}) size (?P<size>\d{1,20}) datatype (?P<dtype>\d{1,10})"
+    r" op (?P<redop>-?\d{1,10})(?: root (?P<root>-?\d{1,10}))?"
+    r" comm (?P<comm>" + _PTR + r") \[nranks=(?P<nranks>\d{1,10})\]"
+    r"(?: stream (?P<stream>" + _PTR + r"))?"
+)
+
+# Communicator creation, src/init.cc. One pattern covers all versions:
+#   2.3.7          "comm %p rank %d nranks %d - COMPLETE"
+#   2.4            "... cudaDev %d nvmlDev %d - Init COMPLETE"
+#   2.5.6 → 2.15   "... cudaDev %d busId %x|%lx - Init COMPLETE"
+#   2.16           "... busId %lx commId 0x%llx - Init COMPLETE"
+#   2.18.3 → 2.20  "... cudaDev %d nvmlDev %d busId %lx commId 0x%llx - Init START|COMPLETE"
+#   2.21 → 2.22    "ncclCommInitRank comm %p ..." / "ncclCommSplit ... parent %p color %d key %d
+#                  commId 0x%llx - Init ..."
+#   2.23 → master  "%s comm %p ..." (API name); splits "parent %p splitCount|childCount %d color
+#                  %d key %d- Init START" (sic, no blank before '-') and no commId
+#   2.29 → master  START gains a "[Rank %d] " head.
+_INIT_RE: Final = _rx(
+    r"(?:\[Rank -?\d{1,10}\] )?(?:(?P<fn>nccl\w{1,64}) )?comm (?P<comm>" + _PTR + r")"
+    r" rank (?P<rank>-?\d{1,10}) nranks (?P<nranks>\d{1,10})"
+    r"(?: cudaDev (?P<cudadev>-?\d{1,10}))?(?: nvmlDev (?P<nvmldev>-?\d{1,10}))?"
+    r"(?: busId (?P<busid>[0-9a-fA-F]{1,16}))?(?: parent (?P<parent>" + _PTR + r"))?"
+    r"(?: (?:splitCount|childCount) -?\d{1,10})?(?: color -?\d{1,10} key -?\d{1,10})?"
+    r"(?: commId 0x(?P<commid>[0-9a-fA-F]{1,16}))? ?- (?:Init )?(?P<phase>START|COMPLETE)"
+)
+
+# "comm %p rank %d nRanks %d nNodes %d localRanks %d localRank %d MNNVL %d" (2.20+, init.cc).
+_TOPO_RE: Final = _rx(
+    r"comm (?P<comm>" + _PTR + r") rank (?P<rank>-?\d{1,10}) nRanks (?P<nranks>\d{1,10})"
+    r" nNodes (?P<nnodes>\d{1,10}) localRanks (?P<lranks>\d{1,10})"
+    r" localRank (?P<lrank>-?\d{1,10})(?: MNNVL (?P<mnnvl>\d{1,10}))?"
+)
+
+# "NET/IB : Using%s ; OOB %s:%s" (2.4 → 2.11) and "NET/IB : Using%s %s; OOB %s:%s" (2.12+, the
+# second %s is "[RO]" or ""), devices " [%d]%s:%d/%s" (src/transport/net_ib.cc); on master an
+# optional ":rail" / ":plane" sits before the link layer, and plugins can add "/SHARP". Up to
+# 2.28 a line is cut at 1023 bytes (src/debug.cc buffer[1024]), which only a long NIC list
+# reaches, so the OOB tail is optional and a cut last entry is skipped.
+_NET_IB_RE: Final = _rx(
+    r"NET/IB ?: Using(?P<devs>(?: \[\d{1,6}\][^ ;]{1,256})*)"
+    r"(?: ?(?P<ro>\[RO\])?; OOB (?P<oobif>[^:\s]*):?(?P<oobaddr>\S*))?"
+)
+_NET_IB_DEV_RE: Final = _rx(
+    r"\[(?P<idx>\d+)\](?P<dev>[^:\s\[\]]+):(?P<port>\d+)(?::\d*)?(?::\d+)?/(?P<ll>[A-Za-z_]+)"
+)
+
+# VERSION_STRING "NCCL version " MAJOR.MINOR.PATCH SUFFIX "+cuda" CUDA_MAJOR.CUDA_MINOR
+# (src/init.cc). Look-behind: do not take "RCCL version" or a longer word for it.
+_VERSION_RE: Final = _rx(
+    r"(?<![A-Za-z])NCCL version (?P<ver>\d{1,4}\.\d{1,4}\.\d{1,4})(?P<suffix>[^+\s]{0,32})"
+    r"(?:\+cuda(?P<cuda>\d{1,4}\.\d{1,4}))?"
+)
+
+_MAX_DEV_ENTRIES = 64  # cap on decoded IB devices per line (NCCL_IB_MAX_DEVS is 32)
+
+_NAN: Final = float("nan")
+_POW10: Final = tuple(10.0**k for k in range(10))  # 10^0..10^9 as floats, all exact
+
+# ---------------------------------------------------------------------------------------------
+# Events
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class CollLine:
+    """One collective or P2P call as logged by ``ncclEnqueueCheck`` (host enqueue time).
+
+    ``s_bytes`` is nccl-tests' S (see :func:`collective_bytes`); None when the datatype is
+    unknown, or the op needs nranks and the line has none. ``elem_size`` is the datatype's
+    size in bytes, None when unknown. ``host``/``pid``/``tid``/``dev`` are None when the line
+    lost its NCCL prefix (interleaved output); ``timestamp_s`` is None without NCCL's
+    timestamp prefix.
+    """
+
+    op: str
+    opcount: int
+    sendbuff: str
+    recvbuff: str
+    count: int
+    datatype: int
+    redop: int
+    root: int
+    comm: str
+    nranks: int | None
+    stream: str
+    host: str | None
+    pid: int | None
+    tid: int | None
+    dev: int | None
+    timestamp_s: float | None
+    elem_size: int | None
+    s_bytes: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class InitLine:
+    """``... comm %p rank %d nranks %d ... - Init START|COMPLETE``: joins a comm to its rank.
+
+    ``bus_id`` is NCCL's ``busId`` as printed (``%lx`` of the packed PCI id, e.g. ``1b000``);
+    ``comm_id`` the ``commId`` hash without ``0x`` (2.16+; the same value the Inspector prints
+    as ``id`` from 2.28). ``api`` is the API name NCCL prints first from 2.21
+    (``ncclCommInitRank``, ``ncclCommSplit``, ...); ``parent`` the parent comm of a split.
+    """
+
+    comm: str
+    rank: int
+    nranks: int
+    cuda_dev: int | None
+    bus_id: str | None
+    comm_id: str | None
+    phase: Literal["START", "COMPLETE"]
+    nvml_dev: int | None = None
+    api: str | None = None
+    parent: str | None = None
+    host: str | None = None
+    pid: int | None = None
+    tid: int | None = None
+    dev: int | None = None
+    timestamp_s: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TopologyLine:
+    """``comm %p rank %d nRanks %d nNodes %d localRanks %d localRank %d MNNVL %d`` (2.20+)."""
+
+    comm: str
+    rank: int
+    nranks: int
+    nnodes: int
+    local_ranks: int
+    local_rank: int
+    mnnvl: int | None = None
+    host: str | None = None
+    pid: int | None = None
+    tid: int | None = None
+    dev: int | None = None
+    timestamp_s: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class VersionLine:
+    """The ``NCCL version 2.28.3+cuda12.8`` banner, bare (≤2.21 stdout) or as an INFO line."""
+
+    version: str
+    cuda: str | None
+    host: str | None = None
+    pid: int | None = None
+    tid: int | None = None
+    dev: int | None = None
+    timestamp_s: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class WarnLine:
+    """A ``NCCL WARN`` line. ``source`` is NCCL's ``file:line``, ``function`` from 2.30.7."""
+
+    text: str
+    source: str | None = None
+    function: str | None = None
+    host: str | None = None
+    pid: int | None = None
+    tid: int | None = None
+    dev: int | None = None
+    timestamp_s: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class NetLine:
+    """The network NCCL chose: ``Using network X`` (2.6+) or the ``NET/IB : Using`` NIC list.
+
+    ``devices`` holds ``(device, port, link_layer)`` per NIC (``("mlx5_0", 1, "IB")``; the link
+    layer is ``IB``, ``RoCE`` or ``UNSPECIFIED``); empty for ``Using network``. ``oob`` is the
+    out-of-band socket as printed (``10.0.0.1<0>``) on interface ``oob_interface``.
+    """
+
+    network: str
+    devices: tuple[tuple[str, int, str], ...] = ()
+    relaxed_ordering: bool = False
+    oob_interface: str | None = None
+    oob: str | None = None
+    host: str | None = None
+    pid: int | None = None
+    tid: int | None = None
+    dev: int | None = None
+    timestamp_s: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class InfoLine:
+    """Any other well-formed ``NCCL INFO`` line (channels, transports, env, tuning)."""
+
+    text: str
+    host: str | None = None
+    pid: int | None = None
+    tid: int | None = None
+    dev: int | None = None
+    timestamp_s: float | None = None
+
+
+NcclEvent = CollLine | InitLine | TopologyLine | VersionLine | WarnLine | NetLine | InfoLine
+
+
+# ---------------------------------------------------------------------------------------------
+# Pure helpers
+# ---------------------------------------------------------------------------------------------
+
+
+def collective_bytes(op: str, count: int, elem_size: int | None, nranks: int | None) -> int | None:
+    """S of one call as nccl-tests defines it, so logged volumes compare with nccl-tests runs.
+
+    count·size for AllReduce, Broadcast, Reduce, Send, Recv (and PutSignal); count·size·nranks
+    for AllGather, ReduceScatter, AlltoAll, Gather, Scatter, whose ``count`` is per rank or per
+    peer. Ops not in :data:`KNOWN_OPS` get count·size (their semantics are unknown, so no
+    factor is guessed). None when the element size, or a needed nranks, is unknown.
+    """
+    if elem_size is None:
+        return None
+    if op in PER_RANK_OPS:
+        return None if nranks is None else count * elem_size * nranks
+    return count * elem_size
+
+
+@lru_cache(maxsize=4096)
+def _second_epoch(second: str) -> float | None:
+    """POSIX seconds of ``YYYY-MM-DD HH:MM:SS`` read as UTC; memoised since lines share it."""
+    try:
+        sec = int(second[17:19])
+        leap = sec == 60  # strftime %T can print a leap second
+        moment = datetime(
+            int(second[0:4]),
+            int(second[5:7]),
+            int(second[8:10]),
+            int(second[11:13]),
+            int(second[14:16]),
+            59 if leap else sec,
+            tzinfo=UTC,
+        )
+    except ValueError:
+        return None
+    return moment.timestamp() + (1.0 if leap else 0.0)
+
+
+def parse_timestamp(ts: str) -> float | None:
+    """Decode NCCL's ``%F %T[.%Nf]`` timestamp text into POSIX seconds, reading it as UTC.
+
+    NCCL prints local time with no zone (``src/debug.cc``, ``localtime``); treating it as UTC
+    shifts every time by the same offset, which periods and inter-arrival times do not see.
+    Returns None for impossible dates.
+    """
+    base = _second_epoch(ts[:19])
+    if base is None or len(ts) <= 20:
+        return base
+    frac = ts[20:]
+    if not frac.isascii() or not frac.isdigit():
+        return None
+    digits = frac[:9]  # %Nf has N ≤ 9; anything longer is not NCCL's and is cut at 1 ns
+    return base + int(digits) / _POW10[len(digits)]
+
+
+# Where a record came from: host, pid, tid, dev and timestamp of its NCCL prefix.
+_Where = tuple[str | None, int | None, int | None, int | None, float | None]
+_NOWHERE: Final[_Where] = (None, None, None, None, None)
+
+
+def _ptr_or_empty(text: str | None) -> str:
+    return "" if text is None else text
+
+
+def _coll_from_groups(groups: Mapping[str, str | None], where: _Where) -> CollLine:
+    """Build a :class:`CollLine` from a 2.3.7+ body match's named groups."""
+    op = groups["op"] or UNKNOWN_OP
+    count = int(groups["count"] or 0)
+    dtype = int(groups["dtype"] or 0)
+    nranks_text = groups["nranks"]
+    nranks = int(nranks_text) if nranks_text is not None else None
+    elem = DATATYPE_SIZES.get(dtype)
+    host, pid, tid, dev, ts = where
+    return CollLine(
+        op=op,
+        opcount=int(groups["opcount"] or "0", 16),
+        sendbuff=_ptr_or_empty(groups["sendbuff"]),
+        recvbuff=_ptr_or_empty(groups["recvbuff"]),
+        count=count,
+        datatype=dtype,
+        redop=int(groups["redop"] or 0),
+        root=int(groups["root"] or 0),
+        comm=_ptr_or_empty(groups["comm"]),
+        nranks=nranks,
+        stream=_ptr_or_empty(groups["stream"]),
+        host=host,
+        pid=pid,
+        tid=tid,
+        dev=dev,
+        timestamp_s=ts,
+        elem_size=elem,
+        s_bytes=collective_bytes(op, count, elem, nranks),
+    )
+
+
+def _coll_235(m: re.Match[str], where: _Where) -> CollLine:
+    """Build a :class:`CollLine` from the 2.3.5 form, whose ``size`` gives bytes directly."""
+    count = int(m["count"])
+    size = int(m["size"])
+    dtype = int(m["dtype"])
+    elem = DATATYPE_SIZES.get(dtype)
+    if elem is None and count > 0 and size % count == 0:
+        elem = size // count
+    host, pid, tid, dev, ts = where
+    return CollLine(
+        op=UNKNOWN_OP,
+        opcount=int(m["opcount"], 16),
+        sendbuff=m["sendbuff"],
+        recvbuff=m["recvbuff"],
+        count=count,
+        datatype=dtype,
+        redop=int(m["redop"]),
+        root=int(m["root"]) if m["root"] is not None else 0,
+        comm=m["comm"],
+        nranks=int(m["nranks"]),
+        stream=_ptr_or_empty(m["stream"]),
+        host=host,
+        pid=pid,
+        tid=tid,
+        dev=dev,
+        timestamp_s=ts,
+        elem_size=elem,
+        # The op is unknown, so S is the logged size (count·size), per collective_bytes' rule.
+        s_bytes=size,
+    )
+
+
+def _decode_coll(msg: str, where: _Where, *, anywhere: bool) -> CollLine | None:
+    """Decode a COLL message at the start of ``msg`` (or anywhere in it, for bare text)."""
+    m = _COLL_BARE_RE.search(msg) if anywhere else _COLL_BODY_RE.match(msg)
+    if m is not None:
+        return _coll_from_groups(m.groupdict(), where)
+    m = _COLL_235_RE.search(msg) if anywhere else _COLL_235_RE.match(msg)
+    if m is not None:
+        return _coll_235(m, where)
+    return None
+
+
+def _decode_info(msg: str, where: _Where) -> NcclEvent | None:
+    """Decode the message of an INFO record; None only for a COLL message that is broken."""
+    host, pid, tid, dev, ts = where
+    if "opCount " in msg:
+        return _decode_coll(msg, where, anywhere=False)
+    if "COMPLETE" in msg or "Init START" in msg:
+        m = _INIT_RE.match(msg)
+        if m is not None:
+            phase: Literal["START", "COMPLETE"] = "START" if m["phase"] == "START" else "COMPLETE"
+            cudadev, nvmldev = m["cudadev"], m["nvmldev"]
+            return InitLine(
+                comm=m["comm"],
+                rank=int(m["rank"]),
+                nranks=int(m["nranks"]),
+                cuda_dev=int(cudadev) if cudadev is not None else None,
+                bus_id=m["busid"],
+                comm_id=m["commid"],
+                phase=phase,
+                nvml_dev=int(nvmldev) if nvmldev is not None else None,
+                api=m["fn"],
+                parent=m["parent"],
+                host=host,
+                pid=pid,
+                tid=tid,
+                dev=dev,
+                timestamp_s=ts,
+            )
+    elif " nNodes " in msg:
+        m = _TOPO_RE.match(msg)
+        if m is not None:
+            mnnvl = m["mnnvl"]
+            return TopologyLine(
+                comm=m["comm"],
+                rank=int(m["rank"]),
+                nranks=int(m["nranks"]),
+                nnodes=int(m["nnodes"]),
+                local_ranks=int(m["lranks"]),
+                local_rank=int(m["lrank"]),
+                mnnvl=int(mnnvl) if mnnvl is not None else None,
+                host=host,
+                pid=pid,
+                tid=tid,
+                dev=dev,
+                timestamp_s=ts,
+            )
+    elif msg.startswith("Using network "):
+        return NetLine(
+            network=msg[len("Using network ") :].strip(),
+            host=host,
+            pid=pid,
+            tid=tid,
+            dev=dev,
+            timestamp_s=ts,
+        )
+    elif msg.startswith("NET/IB"):
+        m = _NET_IB_RE.match(msg)
+        if m is not None:
+            devices = tuple(
+                (d["dev"], int(d["port"]), d["ll"])
+                for d in _NET_IB_DEV_RE.finditer(m["devs"][: 256 * _MAX_DEV_ENTRIES])
+            )[:_MAX_DEV_ENTRIES]
+            return NetLine(
+                network="IB",
+                devices=devices,
+                relaxed_ordering=m["ro"] is not None,
+                oob_interface=m["oobif"] or None,
+                oob=m["oobaddr"] or None,
+                host=host,
+                pid=pid,
+                tid=tid,
+                dev=dev,
+                timestamp_s=ts,
+            )
+    elif msg.startswith("NCCL version "):
+        m = _VERSION_RE.match(msg)
+        if m is not None:
+            return VersionLine(
+                version=m["ver"] + m["suffix"],
+                cuda=m["cuda"],
+                host=host,
+                pid=pid,
+                tid=tid,
+                dev=dev,
+                timestamp_s=ts,
+            )
+    return InfoLine(text=msg.rstrip(), host=host, pid=pid, tid=tid, dev=dev, timestamp_s=ts)
+
+
+def _decode_bare(text: str) -> NcclEvent | None:
+    """Decode text carrying no NCCL prefix: a COLL message that lost it, or the bare banner."""
+    if "opCount " in text:
+        coll = _decode_coll(text, _NOWHERE, anywhere=True)
+        if coll is not None:
+            return coll
+    if "NCCL version " in text:
+        m = _VERSION_RE.search(text)
+        if m is not None:
+            return VersionLine(version=m["ver"] + m["suffix"], cuda=m["cuda"])
+    return None
+
+
+def _records(line: str) -> tuple[list[NcclEvent], int]:
+    """Split a line at every NCCL prefix and decode each record; also count broken records.
+
+    A record runs from its prefix to the next prefix (output of several processes can be glued
+    on one line). Text before the first prefix is tried as a bare record. A record is "broken"
+    when it is a COLL message that does not decode, or when the line mentions ``NCCL INFO`` /
+    ``NCCL WARN`` but no prefix is found at all.
+    """
+    events: list[NcclEvent] = []
+    broken = 0
+    prefixes = list(_PREFIX_RE.finditer(line))
+    head_end = prefixes[0].start() if prefixes else len(line)
+    if head_end > 0:
+        bare = _decode_bare(line[:head_end])
+        if bare is not None:
+            events.append(bare)
+    if not prefixes:
+        if not events and ("NCCL INFO" in line or "NCCL WARN" in line):
+            broken += 1
+        return events, broken
+    for i, p in enumerate(prefixes):
+        end = prefixes[i + 1].start() if i + 1 < len(prefixes) else len(line)
+        msg = line[p.end() : end]
+        ts_text = p["ts"]
+        ts = parse_timestamp(ts_text) if ts_text is not None else None
+        host, pid, tid, dev = p["host"], int(p["pid"]), int(p["tid"]), int(p["dev"])
+        if p["level"] == "WARN":
+            events.append(
+                WarnLine(
+                    text=msg.strip(),
+                    source=p["src"],
+                    function=p["func"],
+                    host=host,
+                    pid=pid,
+                    tid=tid,
+                    dev=dev,
+                    timestamp_s=ts,
+                )
+            )
+            continue
+        event = _decode_info(msg, (host, pid, tid, dev, ts))
+        if event is None:
+            broken += 1
+        else:
+            events.append(event)
+    return events, broken
+
+
+def parse_records(line: str) -> list[NcclEvent]:
+    """Every NCCL record on one line, in order (several when launchers glued outputs together).
+
+    Pure and total: never raises; returns ``[]`` for text that holds no NCCL record.
+    """
+    if "NCCL " not in line and "opCount " not in line:
+        return []
+    try:
+        return _records(line)[0]
+    except (ValueError, OverflowError, IndexError):  # pragma: no cover - defensive
+        return []
+
+
+def parse_line(line: str) -> NcclEvent | None:
+    """Decode one log line; None when it holds no NCCL record. Never raises.
+
+    Uses ``search``, so launcher prefixes before NCCL's own are skipped. When several records
+    are glued on one line, a COLL record wins (COLL lines are what the agent counts): the first
+    one that kept its NCCL prefix, else the first one; without COLL record, the first record.
+    """
+    try:
+        if "opCount " in line:
+            m = _COLL_FULL_RE.search(line)
+            if m is not None:
+                ts_text = m["ts"]
+                ts = parse_timestamp(ts_text) if ts_text is not None else None
+                where = (m["host"], int(m["pid"]), int(m["tid"]), int(m["dev"]), ts)
+                return _coll_from_groups(m.groupdict(), where)
+        elif "NCCL " not in line:
+            return None
+        events = _records(line)[0]
+    except (ValueError, OverflowError, IndexError):  # pragma: no cover - defensive
+        return None
+    for event in events:
+        if isinstance(event, CollLine):
+            return event
+    return events[0] if events else None
+
+
+# ---------------------------------------------------------------------------------------------
+# Accumulation
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class OpStats:
+    """Per-op totals: ``count`` COLL lines and the sum of their S in bytes (known S only)."""
+
+    count: int
+    bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class CommInfo:
+    """What the log says about one communicator of one process (init lines and COLL lines)."""
+
+    host: str | None
+    pid: int | None
+    comm: str
+    rank: int | None
+    nranks: int | None
+    comm_id: str | None
+    cuda_dev: int | None
+    bus_id: str | None
+    nnodes: int | None
+    local_ranks: int | None
+    local_rank: int | None
+    init_complete: bool
+    calls: int
+
+
+class _CommState:
+    """Mutable per-comm record while accumulating; frozen into :class:`CommInfo` on summary."""
+
+    __slots__ = (
+        "bus_id",
+        "comm_id",
+        "cuda_dev",
+        "init_complete",
+        "local_rank",
+        "local_ranks",
+        "nnodes",
+        "nranks",
+        "rank",
+    )
+
+    def __init__(self) -> None:
+        self.rank: int | None = None
+        self.nranks: int | None = None
+        self.comm_id: str | None = None
+        self.cuda_dev: int | None = None
+        self.bus_id: str | None = None
+        self.nnodes: int | None = None
+        self.local_ranks: int | None = None
+        self.local_rank: int | None = None
+        self.init_complete = False
+
+
+_F64 = npt.NDArray[np.float64]
+_I32 = npt.NDArray[np.int32]
+
+
+@dataclass(frozen=True, slots=True)
+class NcclLogSummary:
+    """Everything the agent keeps from an NCCL log; arrays hold one entry per COLL record.
+
+    ``call_times_s`` is NaN where a line had no timestamp; ``call_bytes`` NaN where S is unknown.
+    ``call_op_ids`` index ``op_names``; ``call_comm_ids`` index ``comm_keys``. ``nranks`` is the
+    largest nranks of any communicator or COLL line. ``unparsed_nccl_lines`` counts lines that
+    mention ``NCCL INFO``/``NCCL WARN`` with a record that could not be decoded (including
+    over-long lines, also counted in ``overlong_lines``).
+    """
+
+    collectives: dict[str, OpStats]
+    nranks: int | None
+    call_times_s: _F64
+    call_bytes: _F64
+    call_op_ids: _I32
+    op_names: tuple[str, ...]
+    call_comm_ids: _I32
+    comm_keys: tuple[CommKey, ...]
+    comms: dict[CommKey, CommInfo]
+    version: str | None
+    cuda: str | None
+    warn_count: int
+    lines_total: int
+    nccl_lines: int
+    unparsed_nccl_lines: int
+    overlong_lines: int
+    unknown_ops: dict[str, int]
+    unknown_datatype_calls: int
+    hosts: tuple[str, ...]
+    pids: tuple[int, ...]
+    networks: tuple[str, ...]
+    ib_devices: tuple[tuple[str, int, str], ...]
+    has_timestamps: bool
+    calls_total: int
+
+    @property
+    def call_ops(self) -> list[str]:
+        """Op name of every COLL record, in file order."""
+        names = self.op_names
+        return [names[i] for i in self.call_op_ids.tolist()]
+
+
+class NcclLogAccumulator:
+    """Folds NCCL log lines into an :class:`NcclLogSummary`, one line at a time.
+
+    ``feed`` is on the agent's hot path. The common line (one prefixed COLL record) is decoded
+    by one regex search that captures only what is accounted, and each distinct call shape
+    ``(op, count, datatype, nranks)`` (a "signature": training repeats the same few calls) is
+    resolved to its S once; per line only a signature index, a comm index and a time are
+    appended. Anything else goes through :func:`parse_records`. ``summary`` can be called at any
+    time; feeding may continue afterwards.
+    """
+
+    def __init__(self) -> None:
+        self._lines_total = 0
+        self._nccl_lines = 0
+        self._unparsed = 0
+        self._overlong = 0
+        self._warns = 0
+        self._version: str | None = None
+        self._cuda: str | None = None
+        self._nranks: int | None = None
+        # Signatures: key → index; per index op id, S (None = unknown), unknown datatype, hits.
+        self._sig_index: dict[tuple[object, ...], int] = {}
+        self._sig_op: list[int] = []
+        self._sig_bytes: list[int | None] = []
+        self._sig_unknown_dtype: list[bool] = []
+        self._op_index: dict[str, int] = {}
+        # Per call, in file order.
+        self._times = array("d")
+        self._call_sig = array("i")
+        self._call_comm = array("i")
+        # Communicators: the fast path keys them by the pid's text, the event path by int.
+        self._comm_fast: dict[tuple[str, str, str], int] = {}
+        self._comm_index: dict[CommKey, int] = {}
+        self._comm_states: list[_CommState] = []
+        self._sec_cache: dict[str, float | None] = {}
+        self._hosts: dict[str, None] = {}
+        self._pids: dict[int, None] = {}
+        self._networks: dict[str, None] = {}
+        self._ib_devices: dict[tuple[str, int, str], None] = {}
+
+    # -- public -------------------------------------------------------------------------------
+
+    def feed(self, line: str) -> None:
+        """Account for one line of log text (without its newline)."""
+        self._lines_total += 1
+        if "opCount " in line:
+            m = _COLL_FAST_RE.search(line)
+            if m is not None and line.count("NCCL ") == 1 and line.count("opCount") == 1:
+                # One prefixed COLL record and no other record glued to it.
+                self._nccl_lines += 1
+                sec, frac, host, pid, op, count, dtype, comm, nranks = m.groups()
+                sig = self._sig_index.get((op, count, dtype, nranks))
+                if sig is None:
+                    sig = self._new_fast_sig(op, count, dtype, nranks)
+                self._call_sig.append(sig)
+                ci = self._comm_fast.get((host, pid, comm))
+                if ci is None:
+                    ci = self._new_fast_comm(host, pid, comm, nranks)
+                self._call_comm.append(ci)
+                if sec is None:
+                    self._times.append(_NAN)
+                    return
+                # Inlined parse_timestamp, with the whole-second part memoised.
+                base = self._sec_cache.get(sec)
+                if base is not None and frac is not None and len(frac) < 10:
+                    self._times.append(base + int(frac) / _POW10[len(frac)])
+                else:
+                    self._times.append(self._slow_time(sec, frac))
+                return
+        elif "NCCL " not in line:
+            return
+        try:
+            events, broken = _records(line)
+        except (ValueError, OverflowError, IndexError):  # pragma: no cover - defensive
+            self._unparsed += 1
+            return
+        if events:
+            self._nccl_lines += 1
+        if broken:
+            self._unparsed += 1
+        for event in events:
+            self._add_event(event)
+
+    @property
+    def lines_seen(self) -> int:
+        """Lines fed so far (including over-long ones)."""
+        return self._lines_total
+
+    @property
+    def nccl_lines_seen(self) -> int:
+        """Lines so far that held at least one decoded NCCL record."""
+        return self._nccl_lines
+
+    @property
+    def unparsed_seen(self) -> int:
+        """Lines so far that mention NCCL INFO/WARN with a record that did not decode."""
+        return self._unparsed
+
+    def note_overlong_line(self) -> None:
+        """Count a line that was too long to decode (the reader drops it unread)."""
+        self._lines_total += 1
+        self._overlong += 1
+        self._unparsed += 1
+
+    def summary(self) -> NcclLogSummary:
+        """Snapshot of everything accumulated so far (arrays are copies)."""
+        names = tuple(self._op_index)
+        counts = dict.fromkeys(names, 0)
+        volumes = dict.fromkeys(names, 0)
+        unknown_dtype = 0
+        # Per-signature and per-comm call counts come from the per-call index arrays.
+        # (Copies, not np.frombuffer views: a live view would stop the arrays from growing.)
+        call_comm = np.array(self._call_comm, dtype=np.int32)
+        sig_hits = np.bincount(
+            np.array(self._call_sig, dtype=np.int32), minlength=len(self._sig_op)
+        ).tolist()
+        comm_calls = np.bincount(call_comm, minlength=len(self._comm_states)).tolist()
+        for op_id, s_bytes, bad_dtype, hits in zip(
+            self._sig_op, self._sig_bytes, self._sig_unknown_dtype, sig_hits, strict=True
+        ):
+            op = names[op_id]
+            counts[op] += hits
+            if s_bytes is not None:
+                volumes[op] += hits * s_bytes
+            if bad_dtype:
+                unknown_dtype += hits
+        call_sig = np.array(self._call_sig, dtype=np.int32) if self._call_sig else None
+        sig_bytes = np.array(
+            [_NAN if b is None else float(b) for b in self._sig_bytes], dtype=np.float64
+        )
+        sig_op = np.array(self._sig_op, dtype=np.int32)
+        times = np.array(self._times, dtype=np.float64)
+        keys = tuple(self._comm_index)
+        comms = {
+            key: CommInfo(
+                host=key[0],
+                pid=key[1],
+                comm=key[2],
+                rank=st.rank,
+                nranks=st.nranks,
+                comm_id=st.comm_id,
+                cuda_dev=st.cuda_dev,
+                bus_id=st.bus_id,
+                nnodes=st.nnodes,
+                local_ranks=st.local_ranks,
+                local_rank=st.local_rank,
+                init_complete=st.init_complete,
+                calls=calls,
+            )
+            for key, st, calls in zip(keys, self._comm_states, comm_calls, strict=True)
+        }
+        return NcclLogSummary(
+            collectives={op: OpStats(count=counts[op], bytes=volumes[op]) for op in names},
+            nranks=self._nranks,
+            call_times_s=times,
+            call_bytes=(
+                sig_bytes[call_sig] if call_sig is not None else np.empty(0, dtype=np.float64)
+            ),
+            call_op_ids=(sig_op[call_sig] if call_sig is not None else np.empty(0, dtype=np.int32)),
+            op_names=names,
+            call_comm_ids=call_comm,
+            comm_keys=keys,
+            comms=comms,
+            version=self._version,
+            cuda=self._cuda,
+            warn_count=self._warns,
+            lines_total=self._lines_total,
+            nccl_lines=self._nccl_lines,
+            unparsed_nccl_lines=self._unparsed,
+            overlong_lines=self._overlong,
+            unknown_ops={op: counts[op] for op in names if op not in KNOWN_OPS},
+            unknown_datatype_calls=unknown_dtype,
+            hosts=tuple(self._hosts),
+            pids=tuple(self._pids),
+            networks=tuple(self._networks),
+            ib_devices=tuple(self._ib_devices),
+            has_timestamps=bool(np.isfinite(times).any()),
+            calls_total=len(self._call_sig),
+        )
+
+    # -- internals ----------------------------------------------------------------------------
+
+    def _slow_time(self, sec: str, frac: str | None) -> float:
+        """Timestamp → seconds when the per-second memo misses (and fill it)."""
+        if sec not in self._sec_cache:
+            if len(self._sec_cache) >= 4096:
+                self._sec_cache.clear()
+            self._sec_cache[sec] = _second_epoch(sec)
+        t = parse_timestamp(sec if frac is None else f"{sec}.{frac}")
+        return _NAN if t is None else t
+
+    def _new_sig_index(
+        self, key: tuple[object, ...], op: str, s_bytes: int | None, *, unknown_dtype: bool
+    ) -> int:
+        op_id = self._op_index.get(op)
+        if op_id is None:
+            op_id = self._op_index[op] = len(self._op_index)
+        sig = self._sig_index[key] = len(self._sig_op)
+        self._sig_op.append(op_id)
+        self._sig_bytes.append(s_bytes)
+        self._sig_unknown_dtype.append(unknown_dtype)
+        return sig
+
+    def _new_fast_sig(self, op: str, count: str, dtype: str, nranks_text: str) -> int:
+        nranks = int(nranks_text)
+        self._see_nranks(nranks)
+        elem = DATATYPE_SIZES.get(int(dtype))
+        s_bytes = collective_bytes(op, int(count), elem, nranks)
+        key = (op, count, dtype, nranks_text)
+        return self._new_sig_index(key, op, s_bytes, unknown_dtype=elem is None)
+
+    def _new_fast_comm(self, host: str, pid_text: str, comm: str, nranks_text: str) -> int:
+        ci = self._comm(host, int(pid_text), comm)
+        state = self._comm_states[ci]
+        if state.nranks is None:
+            state.nranks = int(nranks_text)
+        self._comm_fast[(host, pid_text, comm)] = ci
+        return ci
+
+    def _comm(self, host: str | None, pid: int | None, comm: str) -> int:
+        key = (host, pid, comm)
+        idx = self._comm_index.get(key)
+        if idx is None:
+            idx = len(self._comm_states)
+            self._comm_index[key] = idx
+            self._comm_states.append(_CommState())
+            if host is not None:
+                self._hosts[host] = None
+            if pid is not None:
+                self._pids[pid] = None
+        return idx
+
+    def _see_nranks(self, nranks: int | None) -> None:
+        if nranks is not None and (self._nranks is None or nranks > self._nranks):
+            self._nranks = nranks
+
+    def _add_coll(self, event: CollLine) -> None:
+        # Int-typed key: cannot collide with the fast path's text keys.
+        key = (event.op, event.s_bytes, event.elem_size is None, event.nranks, 0)
+        sig = self._sig_index.get(key)
+        if sig is None:
+            self._see_nranks(event.nranks)
+            sig = self._new_sig_index(
+                key, event.op, event.s_bytes, unknown_dtype=event.elem_size is None
+            )
+        ci = self._comm(event.host, event.pid, event.comm)
+        state = self._comm_states[ci]
+        if state.nranks is None:
+            state.nranks = event.nranks
+        self._call_sig.append(sig)
+        self._call_comm.append(ci)
+        self._times.append(_NAN if event.timestamp_s is None else event.timestamp_s)
+
+    def _add_event(self, event: NcclEvent) -> None:
+        if isinstance(event, CollLine):
+            self._add_coll(event)
+        elif isinstance(event, InitLine):
+            st = self._comm_states[self._comm(event.host, event.pid, event.comm)]
+            st.rank = event.rank
+            st.nranks = event.nranks
+            st.cuda_dev = event.cuda_dev if event.cuda_dev is not None else st.cuda_dev
+            st.bus_id = event.bus_id or st.bus_id
+            st.comm_id = event.comm_id or st.comm_id
+            st.init_complete = st.init_complete or event.phase == "COMPLETE"
+            self._see_nranks(event.nranks)
+        elif isinstance(event, TopologyLine):
+            st = self._comm_states[self._comm(event.host, event.pid, event.comm)]
+            st.rank = event.rank
+            st.nranks = event.nranks
+            st.nnodes = event.nnodes
+            st.local_ranks = event.local_ranks
+            st.local_rank = event.local_rank
+            self._see_nranks(event.nranks)
+        elif isinstance(event, VersionLine):
+            if self._version is None:
+                self._version, self._cuda = event.version, event.cuda
+        elif isinstance(event, WarnLine):
+            self._warns += 1
+        elif isinstance(event, NetLine):
+            self._networks[event.network] = None
+            for dev in event.devices:
+                self._ib_devices[dev] = None
+        if event.host is not None:
+            self._hosts[event.host] = None
+        if event.pid is not None:
+            self._pids[event.pid] = None
+
+
+# ---------------------------------------------------------------------------------------------
+# Thin reader
+# ---------------------------------------------------------------------------------------------
+
+_CHUNK = 1 << 20
+
+
+def _iter_lines(path: Path, max_line_bytes: int) -> Iterator[bytes | None]:
+    """Yield the file's lines as bytes (no LF / CR LF); None for an over-long line.
+
+    Reads in fixed chunks, so an over-long line is skipped, never held whole in memory.
+    """
+    with path.open("rb") as f:
+        pending = bytearray()
+        skipping = False  # inside an over-long line: drop bytes up to its newline
+        while chunk := f.read(_CHUNK):
+            start = 0
+            while True:
+                nl = chunk.find(b"\n", start)
+                if nl < 0:
+                    if not skipping:
+                        pending += chunk[start:]
+                        if len(pending) > max_line_bytes:
+                            pending.clear()
+                            skipping = True
+                    break
+                if skipping:
+                    skipping = False
+                    yield None
+                else:
+                    pending += chunk[start:nl]
+                    if len(pending) > max_line_bytes:
+                        yield None
+                    else:
+                        yield bytes(pending.removesuffix(b"\r"))
+                    pending.clear()
+                start = nl + 1
+        if skipping:
+            yield None
+        elif pending:
+            yield bytes(pending.removesuffix(b"\r"))
+
+
+def _feed_file(acc: NcclLogAccumulator, path: Path, max_line_bytes: int) -> None:
+    """Feed one file's lines into ``acc``; raise if it cannot be read or has no NCCL line."""
+    before_lines, before_nccl, before_bad = acc.lines_seen, acc.nccl_lines_seen, acc.unparsed_seen
+    try:
+        for raw in _iter_lines(path, max_line_bytes):
+            if raw is None:
+                acc.note_overlong_line()
+            else:
+                acc.feed(raw.decode("utf-8", errors="replace"))
+    except IsADirectoryError:
+        raise InputFormatError(path, "is a directory, not an NCCL log file") from None
+    except OSError as exc:
+        raise InputFormatError(path, f"cannot read: {exc.strerror or exc}") from None
+    if acc.nccl_lines_seen == before_nccl:
+        bad = acc.unparsed_seen - before_bad
+        detail = f"{bad} line(s) mention NCCL INFO/WARN but could not be decoded; " if bad else ""
+        raise InputFormatError(
+            path,
+            f"no NCCL lines found ({acc.lines_seen - before_lines} lines read); {detail}"
+            "was the job run with NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,COLL?",
+        )
+
+
+def read_nccl_log(path: Path, *, max_line_bytes: int = MAX_LINE_BYTES) -> NcclLogSummary:
+    """Read a whole NCCL log file (``NCCL_DEBUG_FILE`` output or a job's stdout/stderr).
+
+    Bytes that are not UTF-8 are replaced; lines longer than ``max_line_bytes`` are counted
+    as unparsed and skipped without being held in memory.
+
+    Raises:
+        InputFormatError: the file cannot be opened or read, or holds no NCCL line at all.
+    """
+    return read_nccl_logs([path], max_line_bytes=max_line_bytes)
+
+
+def read_nccl_logs(
+    paths: Iterable[Path], *, max_line_bytes: int = MAX_LINE_BYTES
+) -> NcclLogSummary:
+    """Read several NCCL log files (one per process, or per host) into one summary.
+
+    Per-call arrays are in input order, file after file (not merged by time); communicators
+    stay apart because they are keyed by ``(host, pid, comm)``.
+
+    Raises:
+        InputFormatError: naming the first file that cannot be read or holds no NCCL line.
+    """
+    acc = NcclLogAccumulator()
+    for path in paths:
+        _feed_file(acc, Path(path), max_line_bytes)
+    return acc.summary()

@@ -1,0 +1,36 @@
+"""Shared fixtures: simulated jobs written once per session, and the component policy.
+
+Tests that need a real external component (promtool, a Prometheus server, Mosquitto) use
+:func:`require_component`: outside CI a missing component skips the test with the reason;
+under ``CI=true`` it fails, so a green CI run always means the real component was exercised.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from agent.simulator.files import simulate_to_dir
+from agent.simulator.params import JobParams
+
+
+def require_component(executable: str) -> str:
+    """Path of a required external program; fail under CI, skip elsewhere."""
+    path = shutil.which(executable)
+    if path is None:
+        message = f"{executable} is not installed (Debian package: see .ci/run)"
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+    return path
+
+
+@pytest.fixture(scope="session")
+def training_job(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The default simulated training job (DOMAIN.md worked example) on disk."""
+    out = tmp_path_factory.mktemp("training")
+    simulate_to_dir(JobParams(scenario="training", seed=1), out)
+    return out

@@ -1,0 +1,62 @@
+"""B, D and V against square waves with counter semantics."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from agent.bursts import burst_stats
+from tests.signals import periodic_bursts, sample_bursts, square_wave
+
+
+@pytest.mark.parametrize(
+    ("duty", "fs", "noise"),
+    [(0.05, 1000, 0.02), (0.3, 100, 0.05), (0.5, 100, 0.1), (0.8, 100, 0.05), (0.34, 100, 0.02)],
+)
+def test_burst_bandwidth_and_duty_are_unbiased_by_edges(
+    duty: float, fs: float, noise: float
+) -> None:
+    b, _ = periodic_bursts(1.0, duty, 60, rate=25e9, seed=4)
+    x = sample_bursts(b, fs, 60) + 0.25e9
+    x += np.random.default_rng(1).normal(0, noise * 25e9, x.size)
+    s = burst_stats(x, 1.0 / fs, 1.0)
+    assert s.resolved
+    assert s.burst_bandwidth == pytest.approx(25.25e9, rel=0.01)
+    assert s.off_level == pytest.approx(0.25e9, abs=0.01 * 25e9)
+    assert s.on_ratio == pytest.approx(duty, abs=0.01)
+    assert s.bytes_per_period == pytest.approx(25e9 * duty * 1.0, rel=0.02)
+
+
+def test_sub_sample_bursts_keep_v_but_flag_b_unresolved() -> None:
+    # 4 ms bursts polled every 10 ms: only T and bytes per step are identifiable.
+    b, _ = periodic_bursts(0.2, 0.02, 40, rate=1.0, seed=0)
+    x = sample_bursts(b, 100, 40)
+    s = burst_stats(x, 0.01, 0.2)
+    assert not s.resolved
+    assert s.burst_bandwidth is None
+    assert s.bytes_per_period == pytest.approx(0.004, rel=0.02)
+
+
+def test_flat_traffic_has_no_bursts() -> None:
+    x = np.random.default_rng(0).normal(5e9, 1e8, 5000)
+    s = burst_stats(x, 0.01)
+    assert not s.has_bursts
+    assert s.burst_bandwidth is None
+    assert s.mean_rate == pytest.approx(5e9, rel=0.01)
+
+
+def test_layer_train_counts_every_burst() -> None:
+    bursts = [(t, t + 0.02, 1.0) for t in np.arange(0, 30, 0.05)]
+    x = sample_bursts(np.asarray(bursts), 1000, 30)
+    s = burst_stats(x, 1e-3)
+    assert s.on_ratio == pytest.approx(0.4, abs=0.005)
+    assert s.bursts == pytest.approx(600, abs=2)
+    assert s.mean_burst_s == pytest.approx(0.02, abs=0.002)
+
+
+def test_unknown_samples_are_left_out() -> None:
+    x, _ = square_wave(1.0, 0.3, 100, 30, noise=0.02, seed=0)
+    x[100:300] = np.nan
+    s = burst_stats(x, 0.01, 1.0)
+    assert s.on_ratio == pytest.approx(0.3, abs=0.01)
+    assert s.burst_bandwidth == pytest.approx(1.0, rel=0.01)

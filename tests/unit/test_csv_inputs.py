@@ -1,0 +1,142 @@
+"""The counters CSV and GPU CSV contracts: parsing tables and error messages."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from agent.errors import InputFormatError
+from collectors.counters_csv import parse_counters_csv, read_counters_csv
+from collectors.gpu_csv import parse_gpu_csv, read_gpu_csv
+
+
+def test_counters_csv_basic() -> None:
+    t = parse_counters_csv(
+        ["time,mlx5_0_tx_bytes,mlx5_0_rx_bytes", "1.0,100,200", "1.01,1100,2200"]
+    )
+    assert t.times.tolist() == [1.0, 1.01]
+    assert t.columns["mlx5_0_tx_bytes"].tolist() == [100, 1100]
+    assert t.columns["mlx5_0_rx_bytes"].dtype == np.uint64
+
+
+def test_counters_csv_keeps_full_64bit_precision() -> None:
+    big = 2**63 + 12345
+    t = parse_counters_csv(["time,x_tx_bytes", f"0,{big}", f"1,{big + 7}"])
+    assert int(t.columns["x_tx_bytes"][1]) - int(t.columns["x_tx_bytes"][0]) == 7
+
+
+def test_counters_csv_empty_cell_is_a_gap_not_zero() -> None:
+    t = parse_counters_csv(["time,a_tx_bytes,b_tx_bytes", "0,1,2", "1,,3", "2,5,4"])
+    assert t.present["a_tx_bytes"].tolist() == [True, False, True]
+    assert t.present["b_tx_bytes"].all()
+
+
+def test_counters_csv_skips_comments_and_duplicate_times() -> None:
+    t = parse_counters_csv(["# recorded by commpulse", "time,x_tx_bytes", "0,1", "0,1", "1,2"])
+    assert t.times.tolist() == [0.0, 1.0]
+
+
+@pytest.mark.parametrize(
+    ("lines", "line", "fragment"),
+    [
+        (["t,x"], 1, "first column must be 'time'"),
+        (["time,x_tx_bytes", "0,1", "1,2,3"], 3, "expected 2 fields"),
+        (["time,x_tx_bytes", "0,1", "abc,2"], 3, "not a number"),
+        (["time,x_tx_bytes", "0,1", "1,-5"], 3, "outside the range"),
+        (["time,x_tx_bytes", "0,1", "1,12abc"], 3, "x_tx_bytes"),
+        (["time,x_tx_bytes", "5,1", "4,2"], 3, "backwards"),
+        (["time,a,a", "0,1,1"], 1, "duplicate"),
+    ],
+)
+def test_counters_csv_errors_name_the_line(lines: list[str], line: int, fragment: str) -> None:
+    with pytest.raises(InputFormatError) as err:
+        parse_counters_csv(lines, path="c.csv")
+    assert err.value.line == line
+    assert fragment in str(err.value)
+    assert str(err.value).startswith(f"c.csv:{line}:")
+
+
+def test_counters_csv_needs_two_rows() -> None:
+    with pytest.raises(InputFormatError, match="two data rows"):
+        parse_counters_csv(["time,x_tx_bytes", "0,1"])
+
+
+def test_counters_reader_errors(tmp_path: Path) -> None:
+    with pytest.raises(InputFormatError, match="cannot read"):
+        read_counters_csv(tmp_path / "missing.csv")
+    with pytest.raises(InputFormatError, match="directory"):
+        read_counters_csv(tmp_path)
+    binary = tmp_path / "bin.csv"
+    binary.write_bytes(b"\xff\xfe\x00garbage")
+    with pytest.raises(InputFormatError, match="not a text file"):
+        read_counters_csv(binary)
+
+
+# nvidia-smi --query-gpu=timestamp,index,utilization.gpu --format=csv -lms 100
+SMI = """timestamp, index, utilization.gpu [%]
+2026/01/01 00:00:00.100, 0, 97 %
+2026/01/01 00:00:00.100, 1, 95 %
+2026/01/01 00:00:00.200, 0, 100 %
+2026/01/01 00:00:00.200, 1, [N/A]
+"""
+
+
+def test_nvidia_smi_csv() -> None:
+    t = parse_gpu_csv(SMI.splitlines())
+    assert t.gpu.tolist() == [0, 1, 0, 1]
+    assert t.times[2] - t.times[0] == pytest.approx(0.1, abs=1e-6)
+    util = t.signals["util"]
+    assert util[:3].tolist() == pytest.approx([0.97, 0.95, 1.0])
+    assert np.isnan(util[3])
+
+
+def test_nvidia_smi_nounits_noheader_and_extra_columns() -> None:
+    nounits = parse_gpu_csv(
+        [
+            "timestamp, name, index, utilization.gpu, memory.used",
+            "2026/01/01 00:00:00.100, NVIDIA H100 80GB HBM3, 3, 42, 1000",
+        ]
+    )
+    assert nounits.gpu.tolist() == [3]
+    assert nounits.signals["util"].tolist() == pytest.approx([0.42])
+    noheader = parse_gpu_csv(["2026/01/01 00:00:01.000, 2, 10 %"])
+    assert noheader.gpu.tolist() == [2]
+    assert noheader.signals["util"].tolist() == pytest.approx([0.10])
+
+
+def test_named_gpu_csv_all_signals() -> None:
+    t = parse_gpu_csv(
+        ["time,gpu,sm_active,tensor_active,util", "10.0,0,0.8,0.5,100", "10.1,0,0.1,0.0,100"]
+    )
+    assert set(t.signals) == {"sm_active", "tensor_active", "util"}
+    assert t.signals["util"].tolist() == [1.0, 1.0]
+    assert t.signals["sm_active"].tolist() == [0.8, 0.1]
+
+
+@pytest.mark.parametrize(
+    ("lines", "line", "fragment"),
+    [
+        (["foo,bar"], 1, "unrecognised GPU CSV header"),
+        (["time,gpu,sm_activity"], 1, "unknown GPU signal"),
+        (["time,gpu,sm_active", "1,0,1.5"], 2, "outside 0..1"),
+        (["time,gpu,util", "1,0,150"], 2, "outside 0..100"),
+        (["time,gpu,sm_active", "1,x,0.5"], 2, "invalid literal"),
+        ([*SMI.splitlines()[:1], "2026-13-45 99:00:00, 0, 5 %"], 2, "timestamp"),
+    ],
+)
+def test_gpu_csv_errors_name_the_line(lines: list[str], line: int, fragment: str) -> None:
+    with pytest.raises(InputFormatError) as err:
+        parse_gpu_csv(lines, path="g.csv")
+    assert err.value.line == line
+    assert fragment in str(err.value)
+
+
+def test_gpu_reader_errors(tmp_path: Path) -> None:
+    with pytest.raises(InputFormatError, match="cannot read"):
+        read_gpu_csv(tmp_path / "nope.csv")
+    empty = tmp_path / "empty.csv"
+    empty.write_text("")
+    with pytest.raises(InputFormatError, match="empty"):
+        read_gpu_csv(empty)

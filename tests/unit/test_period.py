@@ -1,0 +1,144 @@
+"""The period detector against ground truth: accuracy, harmonic traps, honesty."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from agent.period import build_pyramid, estimate_period, nsdf, t_quantile_9995
+from tests.signals import gamma_renewal, periodic_bursts, poisson_bursts, sample_bursts, square_wave
+
+
+@pytest.mark.parametrize(
+    ("period", "duty", "fs", "duration", "noise"),
+    [
+        (1.0, 0.3, 100, 30, 0.05),  # the research benchmark's S1
+        (0.05, 0.3, 1000, 5, 0.05),  # 50 ms steps at 1 kHz
+        (0.5, 0.04, 1000, 10, 0.1),  # narrow bursts: strong harmonics
+        (30.0, 0.1, 10, 400, 0.1),  # slow steps, coarse polling
+        (4.55, 0.34, 100, 120, 0.02),  # DOMAIN.md worked example
+        (2.0, 0.8, 100, 60, 0.1),  # communication-bound
+    ],
+)
+def test_period_within_a_tenth_of_a_percent(
+    period: float, duty: float, fs: float, duration: float, noise: float
+) -> None:
+    x, realised = square_wave(period, duty, fs, duration, noise=noise, jitter=0.01, seed=3)
+    r = estimate_period(x, 1.0 / fs)
+    assert r.period_s is not None
+    assert r.period_s == pytest.approx(realised, rel=1e-3)
+    assert r.confidence > 0.5
+    assert r.inner_period_s is None
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_narrow_bursts_never_report_a_harmonic_or_subharmonic(seed: int) -> None:
+    x, realised = square_wave(0.5, 0.04, 1000, 8, noise=0.1, jitter=0.03, seed=seed)
+    r = estimate_period(x, 1e-3)
+    assert r.period_s is not None
+    ratio = r.period_s / realised
+    assert ratio == pytest.approx(1.0, rel=0.01), f"got {ratio:.3f}·T"
+
+
+def test_two_bursts_per_step_of_different_size_give_the_step_not_half() -> None:
+    # Backward-pass bucket + optimizer all-reduce: T/2 repeats only approximately.
+    b1, realised = periodic_bursts(1.0, 0.15, 30, rate=1.0, seed=1)
+    b2 = b1.copy()
+    b2[:, :2] += 0.5
+    b2[:, 2] = 0.5
+    x = sample_bursts(np.vstack((b1, b2)), 200, 30)
+    r = estimate_period(x, 1 / 200)
+    assert r.period_s == pytest.approx(realised, rel=1e-3)
+
+
+def test_layer_train_reports_the_step_and_the_layer_spacing() -> None:
+    # ZeRO-3: 24 forward + 48 backward layer bursts of 8 ms, 25 ms apart, 0.2 s optimizer gap.
+    rng = np.random.default_rng(5)
+    bursts, starts = [], []
+    t = 0.0
+    while t < 30:
+        starts.append(t)
+        for _ in range(72):
+            bursts.append((t, t + 0.008, 1.0))
+            t += 0.025
+        t += 0.2 + 0.02 * rng.standard_normal()
+    x = sample_bursts(np.asarray(bursts), 1000, 30)
+    x += rng.normal(0, 0.05, x.size)
+    r = estimate_period(x, 1e-3)
+    realised = float(np.diff(np.asarray(starts)[np.asarray(starts) < 30]).mean())
+    assert r.period_s == pytest.approx(realised, rel=5e-3)
+    assert r.inner_period_s == pytest.approx(0.025, rel=0.02)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_poisson_bursts_have_no_period(seed: int) -> None:
+    x = poisson_bursts(2.0, 0.1, 100, 60, noise=0.05, seed=seed)
+    assert estimate_period(x, 0.01).period_s is None
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_quasi_periodic_renewal_is_not_called_periodic(seed: int) -> None:
+    x = gamma_renewal(0.5, 0.5, 100, 60, noise=0.05, seed=seed)
+    assert estimate_period(x, 0.01).period_s is None
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_white_noise_has_no_period(seed: int) -> None:
+    x = np.random.default_rng(seed).normal(0, 1, 6000)
+    r = estimate_period(x, 0.01)
+    assert r.period_s is None
+    assert r.confidence == 0.0
+
+
+def test_flat_and_tiny_inputs_are_handled() -> None:
+    assert estimate_period(np.zeros(1000), 0.01).period_s is None
+    assert estimate_period(np.ones(10), 0.01).period_s is None
+    assert estimate_period(np.full(500, np.nan), 0.01).period_s is None
+
+
+def test_gaps_do_not_break_detection() -> None:
+    x, realised = square_wave(1.0, 0.3, 100, 40, noise=0.05, seed=2)
+    x[500:520] = np.nan
+    x[2000:2003] = np.nan
+    r = estimate_period(x, 0.01)
+    assert r.period_s == pytest.approx(realised, rel=2e-3)
+
+
+def test_alias_risk_is_flagged_when_a_period_is_few_samples() -> None:
+    x, realised = square_wave(0.06, 0.5, 100, 20, noise=0.01, seed=0)
+    r = estimate_period(x, 0.01)
+    assert r.period_s == pytest.approx(realised, rel=0.01)
+    assert any("alias" in w for w in r.warnings)
+
+
+def test_fast_period_does_not_alias_into_a_slow_one_at_coarse_levels() -> None:
+    # A 1 s square wave decimated 4^3 times leaks a beat at ~7 s through CIC-3; it must not
+    # be taken for an outer period.
+    x, realised = square_wave(1.0, 0.8, 100, 60, noise=0.1, seed=0)
+    r = estimate_period(x, 0.01)
+    assert r.period_s == pytest.approx(realised, rel=1e-3)
+    assert r.inner_period_s is None
+
+
+def test_nsdf_of_a_sine_peaks_at_its_period() -> None:
+    n = np.arange(2000)
+    r = nsdf(np.sin(2 * np.pi * n / 50))
+    assert int(np.argmax(r[30:80])) + 30 == 50
+    assert r[50] == pytest.approx(1.0, abs=0.03)
+    assert r[25] == pytest.approx(-1.0, abs=0.03)
+
+
+def test_pyramid_levels_keep_their_time_alignment() -> None:
+    # An impulse at a known time must stay centred at that time on every level.
+    x = np.zeros(4096)
+    x[2000] = 1.0
+    for level in build_pyramid(x, 0.01):
+        centre = level.start_s + (int(np.argmax(level.samples)) + 0.5) * level.dt
+        assert centre == pytest.approx(20.005, abs=level.dt)
+
+
+def test_t_quantile_table_matches_scipy() -> None:
+    from scipy import stats
+
+    for dof in (1, 2, 5, 10, 30, 100):
+        assert t_quantile_9995(dof) == pytest.approx(stats.t.ppf(0.9995, dof), rel=0.01)

@@ -1,0 +1,95 @@
+"""Exposed versus overlapped communication from network and GPU samples."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from agent.separation import best_signal, gpu_windows, split_duty
+from tests.signals import sample_bursts
+
+FS = 100.0
+DURATION = 60.0
+
+
+def _gpu(compute: np.ndarray, interval: float, level: float = 0.85) -> tuple:
+    """SM activity averaged over windows ending at each sample time."""
+    ends = np.arange(interval, DURATION + 1e-9, interval)
+    edges = np.concatenate(([0.0], ends))
+    frac = np.diff(np.interp(edges, *_cum(compute))) / interval
+    return ends, np.zeros(ends.size, dtype=np.int64), np.clip(level * frac + 0.02, 0, 1)
+
+
+def _cum(intervals: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    grid = np.linspace(0, DURATION, 600_001)
+    x = sample_bursts(np.column_stack((intervals, np.ones(len(intervals)))), 10_000, DURATION)
+    return grid, np.concatenate(([0.0], np.cumsum(x) / 10_000))
+
+
+def _steps(period: float, comm: float, overlap: float) -> tuple[np.ndarray, np.ndarray]:
+    """Compute then comm; ``overlap`` of the comm happens during the end of compute."""
+    starts = np.arange(0.0, DURATION, period)
+    compute_end = starts + period - comm * (1 - overlap)
+    compute = np.column_stack((starts, compute_end))
+    comm_start = compute_end - comm * overlap
+    net = np.column_stack((comm_start, comm_start + comm, np.ones(starts.size)))
+    return compute, net
+
+
+@pytest.mark.parametrize("overlap", [0.0, 0.5, 1.0])
+def test_exposed_communication_matches_truth(overlap: float) -> None:
+    period, comm = 2.0, 0.6
+    compute, net = _steps(period, comm, overlap)
+    rate = sample_bursts(net, FS, DURATION)
+    t, g, v = _gpu(compute, 0.1)
+    split = split_duty(
+        rate, 0.0, 1.0 / FS, 0.0, 1.0, gpu_windows(t, g, v),
+        signal="sm_active", shortest_phase_s=0.6,
+    )  # fmt: skip
+    exposed_truth = comm * (1 - overlap) / period
+    assert split.exposed == pytest.approx(exposed_truth, abs=0.02)
+    assert split.overlapped == pytest.approx(comm * overlap / period, abs=0.02)
+
+
+def test_utilization_gpu_cannot_separate_and_says_why() -> None:
+    compute, net = _steps(2.0, 0.6, 0.0)
+    rate = sample_bursts(net, FS, DURATION)
+    t, g, v = _gpu(compute, 0.1)
+    split = split_duty(
+        rate, 0.0, 1 / FS, 0.0, 1.0, gpu_windows(t, g, v), signal="util", shortest_phase_s=0.6
+    )
+    assert split.exposed is None
+    assert not split.distinguishing
+    assert split.reason is not None
+    assert "NCCL" in split.reason
+
+
+def test_too_coarse_gpu_samples_are_refused() -> None:
+    compute, net = _steps(0.2, 0.06, 0.0)
+    rate = sample_bursts(net, FS, DURATION)
+    t, g, v = _gpu(compute, 0.1)
+    split = split_duty(
+        rate, 0.0, 1 / FS, 0.0, 1.0, gpu_windows(t, g, v),
+        signal="sm_active", shortest_phase_s=0.06,
+    )  # fmt: skip
+    assert split.exposed is None
+    assert split.reason is not None
+    assert "cannot resolve" in split.reason
+
+
+def test_signal_ranking_prefers_compute_specific_signals() -> None:
+    assert best_signal({"util", "sm_active"}) == "sm_active"
+    assert best_signal({"util", "tensor_active", "sm_active"}) == "tensor_active"
+    assert best_signal({"util", "gr_engine_active"}) == "gr_engine_active"
+    assert best_signal(set()) is None
+
+
+def test_gpu_windows_per_gpu_and_missing_samples() -> None:
+    t = np.array([0.1, 0.2, 0.3, 0.6, 0.1, 0.2])
+    g = np.array([0, 0, 0, 0, 1, 1])
+    v = np.array([0.5, np.nan, 0.5, 0.5, 0.1, 0.1])
+    w = gpu_windows(t, g, v)
+    assert w.interval_s == pytest.approx(0.1)
+    # The sample after a gap does not claim the whole gap.
+    assert float(np.max(w.end - w.start)) <= 0.2 + 1e-9
+    assert set(w.gpu.tolist()) == {0, 1}

@@ -6,7 +6,7 @@ import asyncio
 import time
 from typing import Protocol
 
-__all__ = ["Clock", "FakeClock", "MonotonicClock"]
+__all__ = ["Clock", "FakeClock", "MonotonicClock", "Ticker"]
 
 
 class Clock(Protocol):
@@ -52,3 +52,31 @@ class FakeClock:
         """Jump straight to the deadline and yield to the event loop once."""
         self._now = max(self._now, deadline)
         await asyncio.sleep(0)
+
+
+class Ticker:
+    """Absolute-deadline ticks (``start + k·interval``): no drift, and no catch-up bursts.
+
+    After a stall longer than one interval the missed ticks are skipped, not fired back to
+    back: a burst of polls microseconds apart would carry no information and would distort
+    the nominal poll interval downstream. ``skipped`` counts them.
+    """
+
+    def __init__(self, clock: Clock, interval_s: float) -> None:
+        if interval_s <= 0:
+            raise ValueError("interval must be positive")
+        self._clock = clock
+        self._interval = interval_s
+        self._start = clock.now()
+        self._k = 0
+        self.skipped = 0
+
+    async def tick(self) -> float:
+        """Sleep until the next deadline; returns the clock time on waking."""
+        self._k += 1
+        due = int((self._clock.now() - self._start) / self._interval) + 1
+        if due > self._k:
+            self.skipped += due - self._k
+            self._k = due
+        await self._clock.sleep_until(self._start + self._k * self._interval)
+        return self._clock.now()

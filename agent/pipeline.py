@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
-from agent.clock import Clock, MonotonicClock
+from agent.clock import Clock, MonotonicClock, Ticker
 from agent.errors import SourceError, SourceUnavailable
 from agent.estimate import Estimate, EstimateInputs, estimate
 from agent.tracker import PeriodTracker
@@ -211,11 +211,9 @@ class Pipeline:
         )
 
     async def _estimate_loop(self) -> None:
-        start = self._clock.now()
-        k = 1
+        ticker = Ticker(self._clock, self._cfg.hop_s)
         while True:
-            await self._clock.sleep_until(start + k * self._cfg.hop_s)
-            k += 1
+            await ticker.tick()
             inputs = self._inputs()
             if inputs is None:
                 self._publish(None, 0.0, locked=False)

@@ -89,6 +89,13 @@ def simulate_to_dir(params: JobParams, out: Path, *, pcap: bool = False) -> dict
     if pcap:
         from agent.simulator.pcap_writer import write_roce_pcap  # scapy: only when asked
 
+        try:
+            import scapy  # noqa: F401
+        except ImportError:
+            raise ConfigError(
+                "--pcap needs scapy to build RoCEv2 frames: pip install 'commpulse[sim]'"
+            ) from None
+
         bursts = sched.bursts.copy()
         background = p.background_fraction * p.bandwidth
         if background > 0:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from agent.clock import Clock
+from agent.clock import Clock, Ticker
 from agent.simulator.params import JobParams, resolve
 from agent.simulator.sampling import Cumulative
 from agent.simulator.schedule import (
@@ -81,13 +81,10 @@ class SimulatedCounters:
         p = self._job.schedule.params
         mean = p.background_fraction * p.bandwidth
         sigma = p.noise_fraction * p.bandwidth
-        start = self._clock.now()
-        last = start
-        k = 0
+        ticker = Ticker(self._clock, self._dt)
+        last = self._clock.now()
         while True:
-            await self._clock.sleep_until(start + k * self._dt)
-            k += 1
-            now = self._clock.now()
+            now = await ticker.tick()
             span = now - last
             last = now
             if span > 0 and mean > 0:
@@ -123,12 +120,9 @@ class SimulatedGpu:
     async def run(self, emit: Emit) -> None:
         """Sample every ``interval_s`` until cancelled."""
         s = self._job.schedule
-        start = self._clock.now()
-        k = 1
+        ticker = Ticker(self._clock, self._interval)
         while True:
-            await self._clock.sleep_until(start + k * self._interval)
-            k += 1
-            now = self._clock.now()
+            now = await ticker.tick()
             _, t = self._job.job_time(now)
             a = max(0.0, t - self._interval)
             compute = self._fraction(self._job.computing, a, t) if t > a else 0.0
@@ -159,12 +153,9 @@ class SimulatedCollectives:
         p = self._job.schedule.params
         idx = 0
         lap_seen = 0
-        start = self._clock.now()
-        k = 1
+        ticker = Ticker(self._clock, 0.01)
         while True:
-            await self._clock.sleep_until(start + k * 0.01)
-            k += 1
-            now = self._clock.now()
+            now = await ticker.tick()
             lap, t = self._job.job_time(now)
             if lap != lap_seen:
                 lap_seen, idx = lap, 0

@@ -1,0 +1,196 @@
+"""simulate → analyze recovers the truth (issue: foundation acceptance criteria)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agent.cli import main
+
+CONTRACT_KEYS = {
+    "period_s",
+    "burst_bandwidth_bytes_per_s",
+    "duty_cycle",
+    "confidence",
+    "regime",
+    "network_on_ratio",
+    "nranks",
+    "collectives",
+}
+
+
+def _simulate(out: Path, *args: str) -> dict[str, Any]:
+    assert main(["simulate", "--out", str(out), *args]) == 0
+    return json.loads((out / "truth.json").read_text())
+
+
+def _analyze(capsys: pytest.CaptureFixture[str], *args: str) -> dict[str, Any]:
+    capsys.readouterr()
+    assert main(["analyze", *args, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_console_scripts_end_to_end(tmp_path: Path) -> None:
+    """The README's tour, through the installed ``commpulse`` entry point."""
+    exe = [sys.executable, "-m", "agent"]
+    sim = subprocess.run(
+        [*exe, "simulate", "--scenario", "training", "--out", str(tmp_path)],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    assert "truth.json" in sim.stdout
+    res = subprocess.run(
+        [*exe, "analyze", "--counters", str(tmp_path / "counters.csv"),
+         "--gpu", str(tmp_path / "gpu.csv"), "--json"],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    out = json.loads(res.stdout)
+    truth = json.loads((tmp_path / "truth.json").read_text())
+    assert set(out) >= CONTRACT_KEYS
+    assert out["period_s"] == pytest.approx(truth["period_s"], rel=0.01)
+    assert out["burst_bandwidth_bytes_per_s"] == pytest.approx(
+        truth["burst_bandwidth_bytes_per_s"], rel=0.05
+    )
+    assert out["duty_cycle"] == pytest.approx(truth["duty_cycle"], abs=0.03)
+    assert out["regime"] == "training"
+    # The worked example itself: T ≈ 4.55 s, D ≈ 0.34.
+    assert out["period_s"] == pytest.approx(4.55, rel=0.01)
+    assert out["duty_cycle"] == pytest.approx(0.34, abs=0.01)
+
+
+PARAMETER_SETS = [
+    pytest.param([], id="domain-example"),
+    pytest.param(["--period", "0.05", "--duty", "0.3", "--sample-rate", "1000",
+                  "--duration", "10", "--gpu-interval", "0.005"], id="T=50ms"),
+    pytest.param(["--period", "0.5", "--duty", "0.05", "--sample-rate", "1000",
+                  "--duration", "20", "--gpu-interval", "0.01"], id="D=0.05"),
+    pytest.param(["--period", "1", "--duty", "0.8", "--noise", "0.1"], id="D=0.8-noisy"),
+    pytest.param(["--period", "30", "--duty", "0.2", "--sample-rate", "10",
+                  "--gpu-interval", "1"], id="T=30s"),
+    pytest.param(["--period", "2", "--duty", "0.5", "--noise", "0.2", "--jitter", "0.03"],
+                 id="noise=0.2-jitter=3%"),
+    pytest.param(["--period", "10", "--duty", "0.05", "--poll-jitter", "0.2",
+                  "--missing", "0.1"], id="missed-polls"),
+    pytest.param(["--period", "3", "--duty", "0.4", "--local-ranks", "8",
+                  "--counter-bits", "32"], id="8-nics-32bit-wrap"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("args", PARAMETER_SETS)
+def test_training_truth_is_recovered(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str]
+) -> None:
+    truth = _simulate(tmp_path, "--seed", "7", *args)
+    out = _analyze(
+        capsys, "--counters", str(tmp_path / "counters.csv"), "--gpu", str(tmp_path / "gpu.csv")
+    )
+    assert set(out) >= CONTRACT_KEYS
+    assert out["period_s"] == pytest.approx(truth["period_s"], rel=0.01)
+    assert out["burst_bandwidth_bytes_per_s"] == pytest.approx(
+        truth["burst_bandwidth_bytes_per_s"], rel=0.05
+    )
+    assert out["duty_cycle"] == pytest.approx(truth["duty_cycle"], abs=0.03)
+    assert out["network_on_ratio"] == pytest.approx(truth["network_on_ratio"], abs=0.03)
+    assert out["regime"] == "training"
+    assert out["confidence"] > 0.5
+
+
+def test_gpu_separated_duty_is_reported_when_the_gpu_resolves_the_phases(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _simulate(tmp_path, "--seed", "3")
+    out = _analyze(
+        capsys, "--counters", str(tmp_path / "counters.csv"), "--gpu", str(tmp_path / "gpu.csv")
+    )
+    assert out["duty_cycle_source"] == "gpu_exposed"
+    assert out["gpu_signal"] == "sm_active"
+
+
+@pytest.mark.parametrize("scenario", ["inference", "idle"])
+def test_aperiodic_scenarios_report_no_period(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], scenario: str
+) -> None:
+    truth = _simulate(tmp_path, "--scenario", scenario, "--seed", "2")
+    out = _analyze(
+        capsys,
+        "--counters", str(tmp_path / "counters.csv"),
+        "--gpu", str(tmp_path / "gpu.csv"),
+        "--nccl-log", str(tmp_path / "nccl.log"),
+    )  # fmt: skip
+    assert out["period_s"] is None
+    assert out["confidence"] == 0.0
+    assert out["regime"] == truth["regime"]
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_finetune_and_training_are_told_apart(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], seed: int
+) -> None:
+    ft = _simulate(tmp_path / "ft", "--scenario", "finetune", "--seed", str(seed))
+    tr = _simulate(tmp_path / "tr", "--scenario", "training", "--seed", str(seed))
+    out_ft = _analyze(capsys, "--counters", str(tmp_path / "ft" / "counters.csv"))
+    out_tr = _analyze(capsys, "--counters", str(tmp_path / "tr" / "counters.csv"))
+    assert out_ft["regime"] == "finetune"
+    assert out_tr["regime"] == "training"
+    assert out_ft["period_s"] == pytest.approx(ft["period_s"], rel=0.01)
+    assert out_tr["period_s"] == pytest.approx(tr["period_s"], rel=0.01)
+    assert out_ft["inner_period_s"] is not None
+
+
+def test_nccl_log_alone_gives_t_collectives_and_nranks(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    truth = _simulate(tmp_path, "--seed", "4", "--local-ranks", "2")
+    out = _analyze(capsys, "--nccl-log", str(tmp_path / "nccl.log"))
+    assert out["period_s"] == pytest.approx(truth["period_s"], rel=0.01)
+    assert out["period_source"] == "nccl_log"
+    assert out["nranks"] == 32
+    assert out["collectives"] == truth["collectives"]
+    assert out["burst_bandwidth_bytes_per_s"] is None  # the log has no GPU timing
+    assert out["collective_bytes_per_step"] == pytest.approx(truth["size_bytes"], rel=0.01)
+
+
+def test_all_sources_together(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    truth = _simulate(tmp_path, "--seed", "5", "--scenario", "finetune")
+    out = _analyze(
+        capsys,
+        "--counters", str(tmp_path / "counters.csv"),
+        "--gpu", str(tmp_path / "gpu.csv"),
+        "--nccl-log", str(tmp_path / "nccl.log"),
+    )  # fmt: skip
+    assert out["regime"] == "finetune"
+    assert set(out["collectives"]) == {"AllGather", "ReduceScatter"}
+    assert out["period_s"] == pytest.approx(truth["period_s"], rel=0.01)
+
+
+def test_pcap_gives_the_same_numbers_as_the_counters(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Small rates keep the capture small: 25 MB/s in 4 kB frames.
+    truth = _simulate(
+        tmp_path, "--seed", "6", "--period", "0.5", "--duty", "0.3", "--bandwidth", "25MB/s",
+        "--duration", "12", "--pcap",
+    )  # fmt: skip
+    out = _analyze(capsys, "--pcap", str(tmp_path / "capture.pcap"))
+    assert out["period_s"] == pytest.approx(truth["period_s"], rel=0.01)
+    assert out["burst_bandwidth_bytes_per_s"] == pytest.approx(
+        truth["burst_bandwidth_bytes_per_s"], rel=0.05
+    )
+    assert out["duty_cycle"] == pytest.approx(truth["duty_cycle"], abs=0.03)
+    assert out["capture"]["roce_packets"] == out["capture"]["packets"]
+    assert out["capture"]["flows"] >= 2
+
+
+def test_table_output_is_readable(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    _simulate(tmp_path, "--seed", "1")
+    capsys.readouterr()
+    assert main(["analyze", "--counters", str(tmp_path / "counters.csv"),
+                 "--nccl-log", str(tmp_path / "nccl.log")]) == 0  # fmt: skip
+    text = capsys.readouterr().out
+    for fragment in ("T  sync period", "B  burst bandwidth", "D  duty cycle", "AllReduce",
+                     "compute-bound", "regime"):  # fmt: skip
+        assert fragment in text

@@ -1,0 +1,117 @@
+"""The command line: help, quantities, and errors that name the file and the line."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import pytest
+
+from agent.cli import build_parser, main, parse_quantity
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        ("20e9", 20e9),
+        ("20G", 20e9),
+        ("20GB", 20e9),
+        ("16GiB", 16 * 2**30),
+        ("25GB/s", 25e9),
+        ("200Gbit", 25e9),
+        ("400Gb/s", 50e9),
+        ("1.5k", 1500.0),
+    ],
+)
+def test_quantities(text: str, value: float) -> None:
+    assert parse_quantity(text) == pytest.approx(value)
+
+
+def test_bad_quantity_explains_the_format() -> None:
+    with pytest.raises(argparse.ArgumentTypeError, match="examples"):
+        parse_quantity("lots")
+
+
+def test_help_lists_the_commands(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["--help"])
+    assert exc.value.code == 0
+    text = capsys.readouterr().out
+    for command in ("demo", "analyze", "simulate"):
+        assert command in text
+
+
+def test_every_subcommand_has_help() -> None:
+    parser = build_parser()
+    for command in ("demo", "analyze", "simulate"):
+        with pytest.raises(SystemExit) as exc:
+            parser.parse_args([command, "--help"])
+        assert exc.value.code == 0
+
+
+def test_analyze_without_input_is_an_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["analyze"]) == 1
+    assert "nothing to analyze" in capsys.readouterr().err
+
+
+def test_analyze_missing_file_names_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    missing = tmp_path / "nope.csv"
+    assert main(["analyze", "--counters", str(missing)]) == 1
+    err = capsys.readouterr().err
+    assert str(missing) in err
+    assert "cannot read" in err
+
+
+def test_analyze_malformed_counters_names_file_and_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = tmp_path / "c.csv"
+    bad.write_text("time,x_tx_bytes\n0,1\n0.01,2\n0.02,banana\n")
+    assert main(["analyze", "--counters", str(bad)]) == 1
+    assert f"{bad}:4:" in capsys.readouterr().err
+
+
+def test_analyze_malformed_gpu_csv_names_file_and_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = tmp_path / "g.csv"
+    bad.write_text("time,gpu,sm_active\n0,0,0.5\n1,0,7\n")
+    assert main(["analyze", "--gpu", str(bad)]) == 1
+    assert f"{bad}:3:" in capsys.readouterr().err
+
+
+def test_analyze_log_without_nccl_lines(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    log = tmp_path / "train.log"
+    log.write_text("epoch 1 loss 0.3\nepoch 2 loss 0.2\n")
+    assert main(["analyze", "--nccl-log", str(log)]) == 1
+    err = capsys.readouterr().err
+    assert str(log) in err
+    assert "NCCL_DEBUG=INFO" in err
+
+
+def test_analyze_garbage_pcap(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    junk = tmp_path / "x.pcap"
+    junk.write_bytes(b"definitely not a capture")
+    assert main(["analyze", "--pcap", str(junk)]) == 1
+    assert str(junk) in capsys.readouterr().err
+
+
+def test_simulate_rejects_mixed_parameterisations(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["simulate", "--out", str(tmp_path), "--period", "1", "--size", "1GB"]) == 1
+    assert "either --size/--compute or --period/--duty" in capsys.readouterr().err
+
+
+def test_simulate_bad_value_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["simulate", "--out", "x", "--period", "-1"])
+    assert exc.value.code == 2
+    assert "must be positive" in capsys.readouterr().err
+
+
+def test_simulate_unwritable_output(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    assert main(["simulate", "--out", str(blocker / "sub"), "--duration", "10"]) == 1
+    assert "cannot create output directory" in capsys.readouterr().err

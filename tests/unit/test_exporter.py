@@ -1,0 +1,93 @@
+"""The Prometheus exposition: contract names, absent-not-zero, and promtool's lint."""
+
+from __future__ import annotations
+
+import subprocess
+
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.registry import CollectorRegistry
+
+from agent.estimate import Estimate
+from agent.exporter import SnapshotCollector
+from agent.pipeline import Snapshot, SnapshotStore, SourceHealth
+from tests.conftest import require_component
+
+
+def _estimate(**kw: object) -> Estimate:
+    base: dict[str, object] = {
+        "period_s": 4.55,
+        "burst_bandwidth": 25e9,
+        "duty_cycle": 0.34,
+        "confidence": 0.95,
+        "regime": "training",
+        "network_on_ratio": 0.34,
+        "nranks": 32,
+        "collectives": {"AllReduce": (16, 20_000_000_000)},
+    }
+    base.update(kw)
+    return Estimate(**base)  # type: ignore[arg-type]
+
+
+def _exposition(est: Estimate | None) -> str:
+    store = SnapshotStore()
+    store.publish(
+        Snapshot(
+            estimate=est,
+            time_s=1.0,
+            wall_time_s=1.0,
+            estimator_seconds=0.01,
+            sources=(SourceHealth("nic_counters", up=True, readings=5),
+                     SourceHealth("nccl_log", up=False, errors=2)),
+        )
+    )  # fmt: skip
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(SnapshotCollector(store))
+    return generate_latest(registry).decode()
+
+
+def _samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    out = {}
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return out
+
+
+def test_contract_metrics_are_exported() -> None:
+    s = _samples(_exposition(_estimate()))
+    assert s[("commpulse_sync_period_seconds", ())] == 4.55
+    assert s[("commpulse_burst_bandwidth_bytes_per_second", ())] == 25e9
+    assert s[("commpulse_duty_cycle_ratio", ())] == 0.34
+    assert s[("commpulse_period_confidence_ratio", ())] == 0.95
+    assert s[("commpulse_network_on_ratio", ())] == 0.34
+    assert s[("commpulse_workload_regime", (("regime", "training"),))] == 1.0
+    assert s[("commpulse_workload_regime", (("regime", "inference"),))] == 0.0
+    assert s[("commpulse_source_up", (("source", "nic_counters"),))] == 1.0
+    assert s[("commpulse_source_up", (("source", "nccl_log"),))] == 0.0
+    assert s[("commpulse_source_errors_total", (("source", "nccl_log"),))] == 2.0
+    assert s[("commpulse_collective_calls_total", (("op", "AllReduce"),))] == 16.0
+    assert s[("commpulse_collective_bytes_total", (("op", "AllReduce"),))] == 2e10
+
+
+def test_no_period_means_no_period_series_not_zero() -> None:
+    text = _exposition(_estimate(period_s=None, confidence=0.0, regime="inference"))
+    assert "commpulse_sync_period_seconds" not in text
+    s = _samples(text)
+    assert s[("commpulse_workload_regime", (("regime", "inference"),))] == 1.0
+
+
+def test_before_the_first_estimate_only_health_is_exported() -> None:
+    text = _exposition(None)
+    assert "commpulse_build_info" in text
+    assert "commpulse_source_up" in text
+    assert "commpulse_duty_cycle_ratio" not in text
+
+
+def test_promtool_check_metrics_is_clean() -> None:
+    promtool = require_component("promtool")
+    text = _exposition(_estimate(inner_period_s=0.03, exposed_ratio=0.3, overlapped_ratio=0.04))
+    res = subprocess.run(
+        [promtool, "check", "metrics"], input=text, capture_output=True, text=True, check=False
+    )
+    assert res.returncode == 0, res.stdout + res.stderr

@@ -1,0 +1,139 @@
+"""Rolling windows: the live path must see what the offline path sees."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from agent.rates import direction_grids
+from agent.tracker import PeriodTracker
+from agent.windows import CollectiveWindow, CounterWindow, GpuWindow, Ring
+from collectors._base import CollectiveCall, CounterReading, GpuReading
+
+
+def test_ring_keeps_the_newest_rows_in_order() -> None:
+    r = Ring(4, 1)
+    for i in range(6):
+        r.append([i])
+    assert r.view()[:, 0].tolist() == [2, 3, 4, 5]
+    assert r.last() is not None
+    r.drop_before(4)
+    assert r.view()[:, 0].tolist() == [4, 5]
+
+
+def _readings(times: np.ndarray, tx: np.ndarray, rx: np.ndarray) -> list[CounterReading]:
+    return [
+        CounterReading(float(t), {"nic_tx_bytes": int(a), "nic_rx_bytes": int(b)})
+        for t, a, b in zip(times, tx, rx, strict=True)
+    ]
+
+
+def test_live_grid_equals_offline_grid_with_a_reset_and_a_wrap() -> None:
+    rng = np.random.default_rng(0)
+    times = np.cumsum(rng.uniform(0.009, 0.011, 500))
+    tx = np.cumsum(rng.integers(0, 10_000, 500)).astype(np.uint64) + np.uint64(10)
+    tx[300:] -= tx[299]  # the driver reloaded: counter restarts from 0
+    rx = (np.cumsum(rng.integers(0, 10_000_000, 500)) + (2**32 - 2_000_000_000)) % 2**32
+    rx = rx.astype(np.uint64)
+    w = CounterWindow(1000)
+    for r in _readings(times, tx, rx):
+        w.add(r)
+    live = w.grids(dt=0.01)
+    offline = direction_grids(times, {"nic_tx_bytes": tx, "nic_rx_bytes": rx}, dt=0.01)
+    for d in ("tx", "rx"):
+        np.testing.assert_allclose(live[d].rate, offline[d].rate, rtol=1e-9, equal_nan=True)
+    assert w.resets == 1
+    assert w.wraps >= 1
+
+
+def test_a_column_missing_from_a_poll_makes_that_interval_unknown() -> None:
+    w = CounterWindow(100)
+    t = 0.0
+    for i in range(20):
+        t += 0.01
+        values = {"a_tx_bytes": 1000 * i, "b_tx_bytes": 500 * i}
+        if i == 10:
+            del values["b_tx_bytes"]
+        w.add(CounterReading(t, values))
+    g = w.grids(dt=0.01)["tx"]
+    assert int((~g.valid).sum()) in (2, 3)  # the missed poll and the one after it
+    assert np.nanmax(g.rate) == pytest.approx(150_000.0)
+
+
+def test_duplicate_or_backwards_poll_is_ignored() -> None:
+    w = CounterWindow(10)
+    w.add(CounterReading(1.0, {"x_tx_bytes": 10}))
+    w.add(CounterReading(1.0, {"x_tx_bytes": 20}))
+    w.add(CounterReading(0.5, {"x_tx_bytes": 30}))
+    assert len(w) == 1
+
+
+def test_gpu_window_and_signal_change() -> None:
+    g = GpuWindow(10)
+    g.add(GpuReading(0.1, 0, {"util": 1.0}))
+    g.add(GpuReading(0.2, 0, {"util": 1.0}))
+    s = g.samples()
+    assert s is not None
+    assert set(s.signals) == {"util"}
+    g.add(GpuReading(0.3, 0, {"util": 1.0, "sm_active": 0.5}))
+    assert g.samples() is None  # a new signal set restarts the window
+    g.add(GpuReading(0.4, 0, {"util": 1.0, "sm_active": 0.5}))
+    s = g.samples()
+    assert s is not None
+    assert set(s.signals) == {"util", "sm_active"}
+
+
+def test_collective_window_totals_and_timed_calls() -> None:
+    c = CollectiveWindow(3)
+    for i in range(5):
+        c.add(CollectiveCall(float(i), "AllReduce", 100, 8, comm="0x1"))
+    c.add(CollectiveCall(5.0, "AllGather", None, 16, comm="0x2"))
+    mix = c.mix(since=3.0)
+    assert mix is not None
+    assert mix.ops["AllReduce"] == (5, 500)
+    assert mix.ops["AllGather"] == (1, 0)
+    assert mix.nranks == 16
+    assert mix.call_times.tolist() == [3.0, 4.0, 5.0]
+
+
+def test_tracker_locks_after_two_agreeing_windows_and_relocks_after_a_change() -> None:
+    tr = PeriodTracker()
+    assert tr.update(1.0).period_s is None
+    u = tr.update(1.01)
+    assert u.locked
+    assert u.period_s == pytest.approx(1.01)
+    assert tr.update(1.02).period_s == pytest.approx(1.02)
+    # A step change 1.0 → 1.3: one window is not enough, two agreeing ones re-lock.
+    assert tr.update(1.3).period_s == pytest.approx(1.02)
+    u = tr.update(1.31)
+    assert u.changed
+    assert u.period_s == pytest.approx(1.31)
+
+
+def test_tracker_unlocks_after_three_empty_windows() -> None:
+    tr = PeriodTracker()
+    tr.update(2.0)
+    tr.update(2.0)
+    assert tr.update(None).period_s == 2.0
+    assert tr.update(None).period_s == 2.0
+    assert tr.update(None).period_s is None
+
+
+def test_ticker_keeps_absolute_deadlines_and_skips_missed_ticks() -> None:
+    import asyncio
+
+    from agent.clock import FakeClock, Ticker
+
+    clock = FakeClock(100.0)
+    ticker = Ticker(clock, 0.5)
+
+    async def run() -> list[float]:
+        times = [await ticker.tick(), await ticker.tick()]
+        clock.advance(2.2)  # a stall of more than four intervals
+        times.append(await ticker.tick())
+        times.append(await ticker.tick())
+        return times
+
+    times = asyncio.run(run())
+    assert times == [100.5, 101.0, 103.5, 104.0]
+    assert ticker.skipped == 4

@@ -56,14 +56,19 @@ async def _demo(
     ]
     truth = job.schedule.truth
 
+    printing = not quiet
+
     def show(snap: Snapshot) -> None:
-        if quiet:
+        nonlocal printing
+        if not printing:
             return
         elapsed = snap.time_s - job.origin
-        if snap.estimate is None:
-            print(f"[{elapsed:6.1f} s] collecting…", flush=True)
-        else:
-            print(f"[{elapsed:6.1f} s] {render_summary_line(snap.estimate)}", flush=True)
+        summary = "collecting…" if snap.estimate is None else render_summary_line(snap.estimate)
+        try:
+            print(f"[{elapsed:6.1f} s] {summary}", flush=True)
+        except BrokenPipeError:
+            # The reader went away (``commpulse demo | head``): stop printing, keep serving.
+            printing = False
 
     pipeline = Pipeline(
         sources,

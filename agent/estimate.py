@@ -289,8 +289,12 @@ def estimate(
         duty: float | None = split.exposed
         duty_source: str | None = "gpu_exposed"
     else:
-        duty = on_ratio if t is not None or (bursts is not None and bursts.has_bursts) else None
+        # D is communication time per period: without a period it is undefined (the network
+        # on-fraction is still reported on its own).
+        duty = on_ratio if t is not None else None
         duty_source = "network" if duty is not None else None
+    if t is None and split is not None:
+        duty, duty_source = None, None
 
     shares = collective_shares(collectives) if collectives else None
     duration = grid.duration_s if grid is not None else 0.0

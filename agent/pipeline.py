@@ -127,6 +127,7 @@ class Pipeline:
         self._tracker = PeriodTracker()
         self._stop = asyncio.Event()
         self._estimates = 0
+        self.estimator_errors = 0
 
     def stop(self) -> None:
         """Ask :meth:`run` to return (safe to call from a signal handler)."""
@@ -219,14 +220,28 @@ class Pipeline:
                 self._publish(None, 0.0, locked=False)
                 continue
             began = time.perf_counter()
-            est = await asyncio.to_thread(estimate, inputs)
+            try:
+                est = await asyncio.to_thread(estimate, inputs)
+            except Exception:  # a bug on odd data must not stop the agent: skip this hop
+                self.estimator_errors += 1
+                log.exception("estimator failed on this window; keeping the last snapshot")
+                continue
             took = time.perf_counter() - began
             update = self._tracker.update(est.period_s)
             if update.changed and update.period_s is not None:
                 keep_from = self._clock.now() - self._cfg.restart_periods * update.period_s
                 self._state.counters.drop_before(keep_from)
             if update.period_s is None:
-                est = replace(est, period_s=None, confidence=0.0, inner_period_s=None)
+                # Not locked yet (or lost): no T, and so no D, rather than a guess.
+                est = replace(
+                    est,
+                    period_s=None,
+                    confidence=0.0,
+                    inner_period_s=None,
+                    duty_cycle=None,
+                    duty_cycle_source=None,
+                    bytes_per_iteration=None,
+                )
             else:
                 est = replace(est, period_s=update.period_s)
             self._estimates += 1
@@ -244,7 +259,10 @@ class Pipeline:
         )
         self._store.publish(snap)
         if self._on_snapshot is not None:
-            self._on_snapshot(snap)
+            try:
+                self._on_snapshot(snap)
+            except Exception:
+                log.exception("snapshot callback failed")
 
     async def run(self) -> None:
         """Run until :meth:`stop`; cancels every task on the way out."""

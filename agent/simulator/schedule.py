@@ -237,11 +237,7 @@ def _clip(
             iterations=int(s.size - 1),
         )
     else:
-        truth.update(
-            period_s=None,
-            duty_cycle=busy / end if p.scenario == "inference" else None,
-            network_on_ratio=busy / end,
-        )
+        truth.update(period_s=None, duty_cycle=None, network_on_ratio=busy / end)
     truth.update(
         burst_bandwidth_bytes_per_s=(
             (p.bandwidth + background) * p.local_ranks if b.size else None

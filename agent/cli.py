@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import re
 import sys
 from collections.abc import Sequence
@@ -61,24 +62,24 @@ def parse_quantity(text: str) -> float:
     return value
 
 
-def _positive_float(text: str) -> float:
+def _number(text: str, *, allow_zero: bool) -> float:
     try:
         v = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not v > 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must be positive")
+    if not math.isfinite(v) or not (v >= 0 if allow_zero else v > 0):
+        need = "must not be negative" if allow_zero else "must be positive"
+        raise argparse.ArgumentTypeError(f"{text!r} {need}")
     return v
+
+
+def _positive_float(text: str) -> float:
+    return _number(text, allow_zero=False)
 
 
 def _fraction(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not v >= 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must not be negative")
-    return v
+    """A non-negative number (fractions of B or of T; the simulator checks upper bounds)."""
+    return _number(text, allow_zero=True)
 
 
 def _port(text: str) -> int:

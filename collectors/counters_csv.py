@@ -17,6 +17,7 @@ import numpy as np
 import numpy.typing as npt
 
 from agent.errors import InputFormatError
+from collectors._text import read_text_file
 
 __all__ = ["CounterTable", "parse_counters_csv", "read_counters_csv"]
 
@@ -130,12 +131,6 @@ def parse_counters_csv(lines: Iterable[str], *, path: Path | str = "<counters>")
 
 def read_counters_csv(path: Path) -> CounterTable:
     """Read a counters CSV file (thin reader around :func:`parse_counters_csv`)."""
-    try:
-        with path.open("r", encoding="utf-8", errors="strict", newline="") as fh:
-            return parse_counters_csv(fh, path=path)
-    except UnicodeDecodeError as exc:
-        raise InputFormatError(path, f"not a text file ({exc.reason})") from None
-    except IsADirectoryError:
-        raise InputFormatError(path, "is a directory, expected a counters CSV file") from None
-    except OSError as exc:
-        raise InputFormatError(path, f"cannot read: {exc.strerror or exc}") from None
+    return read_text_file(
+        path, lambda lines: parse_counters_csv(lines, path=path), what="a counters CSV file"
+    )

@@ -26,6 +26,7 @@ import numpy as np
 import numpy.typing as npt
 
 from agent.errors import InputFormatError
+from collectors._text import read_text_file
 
 __all__ = ["KNOWN_SIGNALS", "GpuTable", "parse_gpu_csv", "read_gpu_csv"]
 
@@ -162,12 +163,6 @@ def parse_gpu_csv(lines: Iterable[str], *, path: Path | str = "<gpu>") -> GpuTab
 
 def read_gpu_csv(path: Path) -> GpuTable:
     """Read a GPU CSV file (thin reader around :func:`parse_gpu_csv`)."""
-    try:
-        with path.open("r", encoding="utf-8", errors="strict", newline="") as fh:
-            return parse_gpu_csv(fh, path=path)
-    except UnicodeDecodeError as exc:
-        raise InputFormatError(path, f"not a text file ({exc.reason})") from None
-    except IsADirectoryError:
-        raise InputFormatError(path, "is a directory, expected a GPU CSV file") from None
-    except OSError as exc:
-        raise InputFormatError(path, f"cannot read: {exc.strerror or exc}") from None
+    return read_text_file(
+        path, lambda lines: parse_gpu_csv(lines, path=path), what="a GPU CSV file"
+    )

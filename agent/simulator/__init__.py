@@ -1,0 +1,1 @@
+"""A synthetic job with ground truth by construction (``commpulse simulate`` and ``demo``)."""

@@ -351,15 +351,19 @@ def detect_level(
     lag_lo: int = 8,
     lag_hi: int | None = None,
     settings: DetectorSettings | None = None,
+    prepared: _Level | None = None,
 ) -> LevelDetection | None:
-    """Detect the fundamental period of one pyramid level (lags in samples of ``dt``)."""
+    """Detect the fundamental period of one pyramid level (lags in samples of ``dt``).
+
+    ``prepared`` (from :func:`_prepare` on the same ``x``) saves recomputing its transforms.
+    """
     cfg = settings or DetectorSettings()
     n = x.size
     hi_cap = int(n / cfg.min_cycles)
     lag_hi = hi_cap if lag_hi is None else min(lag_hi, hi_cap)
     if lag_hi <= lag_lo or n < 3 * lag_lo:
         return None
-    lv = _prepare(x)
+    lv = prepared if prepared is not None else _prepare(x)
     if lv is None:
         return None
     r = lv.r
@@ -458,14 +462,11 @@ def detect_level(
     )
 
 
-def _visible(x: FloatArray, lag: float, reference: float, tol: float = 0.1) -> bool:
+def _visible(lv: _Level | None, lag: float, reference: float, tol: float = 0.1) -> bool:
     """Whether a finer period still shows at a coarser level (NSDF comb near the reference)."""
-    if lag < 2.0 or lag * 3 > x.size:
+    if lv is None or lag < 2.0 or lag * 3 > lv.x.size:
         return False
-    lv = _prepare(x)
-    if lv is None:
-        return False
-    return _comb(lv.r, lag, 0.5 * x.size) >= reference - tol
+    return _comb(lv.r, lag, 0.5 * lv.x.size) >= reference - tol
 
 
 def _confirmed(finer: PyramidLevel, det: LevelDetection, cfg: DetectorSettings) -> bool:
@@ -610,15 +611,18 @@ def estimate_period(
 
     pyramid = build_pyramid(x, dt, factor=cfg.decimation)
     detections: list[LevelDetection] = []
-    windows: list[FloatArray] = []
+    prepared: list[_Level | None] = []
     for level, lv in enumerate(pyramid):
         window = lv.samples[-cfg.level_samples :]
-        windows.append(window)
+        prepared.append(_prepare(window))
         lo = cfg.min_lag_level0 if level == 0 else cfg.min_lag
         if min_period_s is not None:
             lo = max(lo, math.ceil(min_period_s / lv.dt))
         hi = None if max_period_s is None else int(max_period_s / lv.dt)
-        det = detect_level(window, lv.dt, level=level, lag_lo=lo, lag_hi=hi, settings=cfg)
+        det = detect_level(
+            window, lv.dt, level=level, lag_lo=lo, lag_hi=hi, settings=cfg,
+            prepared=prepared[-1],
+        )  # fmt: skip
         if det is not None:
             detections.append(det)
 
@@ -641,7 +645,7 @@ def estimate_period(
         ratio = det.period_s / current.period_s
         if ratio < 3.0 or ratio > cfg.max_inner_ratio:
             continue
-        if _visible(windows[det.level], current.period_s / det.dt, det.comb):
+        if _visible(prepared[det.level], current.period_s / det.dt, det.comb):
             continue
         if not _confirmed(pyramid[det.level - 1], det, cfg):
             continue

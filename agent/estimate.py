@@ -285,16 +285,14 @@ def estimate(
             if split.reason:
                 warnings.append(split.reason)
 
-    if split is not None and split.exposed is not None:
-        duty: float | None = split.exposed
-        duty_source: str | None = "gpu_exposed"
-    else:
-        # D is communication time per period: without a period it is undefined (the network
-        # on-fraction is still reported on its own).
-        duty = on_ratio if t is not None else None
-        duty_source = "network" if duty is not None else None
-    if t is None and split is not None:
-        duty, duty_source = None, None
+    # D is communication time per period: without a period it is undefined (the network
+    # on-fraction is still reported on its own).
+    duty: float | None = None
+    duty_source: str | None = None
+    if t is not None and split is not None and split.exposed is not None:
+        duty, duty_source = split.exposed, "gpu_exposed"
+    elif t is not None and on_ratio is not None:
+        duty, duty_source = on_ratio, "network"
 
     shares = collective_shares(collectives) if collectives else None
     duration = grid.duration_s if grid is not None else 0.0

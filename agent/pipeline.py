@@ -153,6 +153,7 @@ class Pipeline:
         delay = self._cfg.backoff_initial_s
         emit = self._emitter(source.name)
         while True:
+            delivered = health.readings
             try:
                 await source.run(emit)
                 health.up = False
@@ -171,6 +172,8 @@ class Pipeline:
                 log.exception("source %s crashed", source.name, extra={"source": source.name})
             health.up = False
             health.restarts += 1
+            if health.readings > delivered:
+                delay = self._cfg.backoff_initial_s  # it worked for a while: start over
             log.warning(
                 "source %s down (%s); retrying in %.1f s",
                 source.name,

@@ -29,6 +29,15 @@ def _simulate(out: Path, *args: str) -> dict[str, Any]:
     return json.loads((out / "truth.json").read_text())
 
 
+def _all_files(run: Path) -> list[str]:
+    """analyze arguments for every file a simulated run wrote (but the pcap)."""
+    return [
+        "--counters", str(run / "counters.csv"),
+        "--gpu", str(run / "gpu.csv"),
+        "--nccl-log", str(run / "nccl.log"),
+    ]  # fmt: skip
+
+
 def _analyze(capsys: pytest.CaptureFixture[str], *args: str) -> dict[str, Any]:
     capsys.readouterr()
     assert main(["analyze", *args, "--json"]) == 0
@@ -115,12 +124,7 @@ def test_aperiodic_scenarios_report_no_period(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], scenario: str
 ) -> None:
     truth = _simulate(tmp_path, "--scenario", scenario, "--seed", "2")
-    out = _analyze(
-        capsys,
-        "--counters", str(tmp_path / "counters.csv"),
-        "--gpu", str(tmp_path / "gpu.csv"),
-        "--nccl-log", str(tmp_path / "nccl.log"),
-    )  # fmt: skip
+    out = _analyze(capsys, *_all_files(tmp_path))
     assert out["period_s"] is None
     assert out["confidence"] == 0.0
     assert out["regime"] == truth["regime"]
@@ -156,12 +160,7 @@ def test_nccl_log_alone_gives_t_collectives_and_nranks(
 
 def test_all_sources_together(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     truth = _simulate(tmp_path, "--seed", "5", "--scenario", "finetune")
-    out = _analyze(
-        capsys,
-        "--counters", str(tmp_path / "counters.csv"),
-        "--gpu", str(tmp_path / "gpu.csv"),
-        "--nccl-log", str(tmp_path / "nccl.log"),
-    )  # fmt: skip
+    out = _analyze(capsys, *_all_files(tmp_path))
     assert out["regime"] == "finetune"
     assert set(out["collectives"]) == {"AllGather", "ReduceScatter"}
     assert out["period_s"] == pytest.approx(truth["period_s"], rel=0.01)

@@ -77,15 +77,19 @@ def test_demo_serves_metrics_that_converge_within_30_seconds() -> None:
 def test_demo_exposition_passes_promtool() -> None:
     promtool = require_component("promtool")
     with subprocess.Popen(
-        [sys.executable, "-m", "agent", "demo", "--port", "0", "--duration", "30", "--quiet"],
+        [sys.executable, "-m", "agent", "demo", "--port", "0", "--duration", "60", "--quiet"],
         stdout=subprocess.PIPE,
         text=True,
     ) as proc:
         assert proc.stdout is not None
         url = BANNER.search(proc.stdout.readline())["url"]  # type: ignore[index]
-        time.sleep(8)
-        with urllib.request.urlopen(url, timeout=5) as resp:
-            text = resp.read().decode()
+        text = ""
+        deadline = time.monotonic() + 35
+        # Lint the full exposition: wait until T (and so D) has locked.
+        while "commpulse_duty_cycle_ratio" not in text and time.monotonic() < deadline:
+            time.sleep(1)
+            with urllib.request.urlopen(url, timeout=5) as resp:
+                text = resp.read().decode()
         assert "commpulse_duty_cycle_ratio" in text
         res = subprocess.run(
             [promtool, "check", "metrics"], input=text, capture_output=True, text=True, check=False

@@ -16,6 +16,7 @@ only assumption a counter allows — constant rate between two reads — and nev
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -70,19 +71,29 @@ class GridSeries:
         return float(self.rate.size * self.dt)
 
 
+_DIRECTION_WORDS = {"tx": "tx", "xmit": "tx", "transmit": "tx", "rx": "rx", "rcv": "rx",
+                    "receive": "rx"}  # fmt: skip
+
+
 def column_direction(name: str) -> Direction:
     """Direction of a counter column from its name.
 
     The counters-CSV contract says a column containing ``tx`` is transmit and ``rx`` receive.
-    InfiniBand's own names (``port_xmit_data``, ``port_rcv_data``) are accepted as well.
-    Anything else is ``total`` (summed separately and used only when no tx/rx column exists).
+    The *last* direction word wins, so a device named after one (``rxe0_tx_bytes``, soft-RoCE)
+    keeps the direction of its suffix; InfiniBand's own names (``port_xmit_data``,
+    ``port_rcv_data``) are accepted. Anything else is ``total`` (used only when no tx/rx
+    column exists).
     """
-    low = name.lower()
-    if "tx" in low or "xmit" in low:
-        return "tx"
-    if "rx" in low or "rcv" in low:
-        return "rx"
-    return "total"
+    words = [w for w in re.split(r"[^a-z0-9]+", name.lower()) if w]
+    for word in reversed(words):
+        if word in _DIRECTION_WORDS:
+            return _DIRECTION_WORDS[word]
+    low = name.lower()  # glued forms such as "nictx0"
+    last_tx = max(low.rfind("tx"), low.rfind("xmit"))
+    last_rx = max(low.rfind("rx"), low.rfind("rcv"))
+    if last_tx < 0 and last_rx < 0:
+        return "total"
+    return "tx" if last_tx > last_rx else "rx"
 
 
 def group_columns(names: Sequence[str]) -> dict[Direction, list[int]]:

@@ -13,6 +13,7 @@ from typing import Protocol
 __all__ = [
     "CollectiveCall",
     "CounterReading",
+    "DeviceInfo",
     "Emit",
     "GpuReading",
     "Reading",
@@ -24,13 +25,33 @@ __all__ = [
 class CounterReading:
     """One poll of cumulative byte counters.
 
-    ``values`` maps a column name (``<device>_tx_bytes`` / ``<device>_rx_bytes``) to the raw
-    cumulative counter as the OS reports it. A column missing from one poll means the device
-    could not be read this time (a gap), not zero.
+    ``values`` maps a column name (``<device>_tx_bytes`` / ``<device>_rx_bytes``) to the
+    cumulative byte counter (already in bytes: InfiniBand's 4-byte words are scaled by the
+    source). A column missing from one poll means the device could not be read this time (a
+    gap), not zero. ``counters`` carries each device's other raw counters (packets, RoCE
+    congestion counters), keyed by device then counter name, for export as totals.
     """
 
     time_s: float
     values: Mapping[str, int]
+    counters: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceInfo:
+    """What a counter source knows about one device; emitted at discovery and on change.
+
+    ``device`` is the name used in column names (``eth0``, ``mlx5_0:1``); ``skipped`` holds
+    the reason a present device is not read (no counters, filtered out, unreadable).
+    """
+
+    device: str
+    kind: str  # "netdev" | "rdma"
+    link_layer: str | None = None
+    speed_bytes_per_s: float | None = None
+    state: str | None = None
+    skipped: str | None = None
+    stale_counters: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,7 +79,7 @@ class CollectiveCall:
     extra: Mapping[str, object] = field(default_factory=dict)
 
 
-Reading = CounterReading | GpuReading | CollectiveCall
+Reading = CounterReading | GpuReading | CollectiveCall | DeviceInfo
 Emit = Callable[[Reading], None]
 
 

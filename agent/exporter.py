@@ -25,6 +25,8 @@ from agent import __version__
 from agent.errors import ExportError
 from agent.pipeline import Snapshot, SnapshotStore
 from agent.regime import REGIMES
+from agent.windows import DeviceStatus
+from collectors.rdma_counters import HW_COUNTERS
 
 __all__ = ["SnapshotCollector", "start_metrics_server"]
 
@@ -53,6 +55,7 @@ class SnapshotCollector(Collector):
         if snap is None:
             return
         yield from self._health(snap)
+        yield from _device_families(snap.devices)
         est = snap.estimate
         if est is None:
             return
@@ -159,6 +162,96 @@ class SnapshotCollector(Collector):
         count = CounterMetricFamily("commpulse_estimates", "Estimates published.")
         count.add_metric([], float(snap.estimates))
         yield count
+
+
+def _split_device(device: str) -> tuple[str, str]:
+    """``mlx5_0:1`` → (``mlx5_0``, ``1``); a netdev has no port."""
+    name, sep, port = device.rpartition(":")
+    return (name, port) if sep and port.isdigit() else (device, "")
+
+
+def _device_families(devices: tuple[DeviceStatus, ...]) -> Iterator[Metric]:
+    """Per-device counters, last-hop bandwidth, link utilisation and RoCE congestion."""
+    if not devices:
+        return
+    labels = ["source", "device", "port"]
+    info = InfoMetricFamily(
+        "commpulse_device",
+        "Devices a counter source sees; skipped says why one is not read.",
+        labels=labels,
+    )
+    bw = GaugeMetricFamily(
+        "commpulse_device_bandwidth_bytes_per_second",
+        "Bandwidth of a device over the last estimator hop.",
+        labels=[*labels, "direction"],
+    )
+    speed = GaugeMetricFamily(
+        "commpulse_device_link_speed_bytes_per_second",
+        "Link rate of the device (sysfs speed or IB rate).",
+        labels=labels,
+    )
+    util = GaugeMetricFamily(
+        "commpulse_device_link_utilisation_ratio",
+        "Last-hop bandwidth as a fraction of the link rate.",
+        labels=[*labels, "direction"],
+    )
+    total = CounterMetricFamily(
+        "commpulse_device_bytes",
+        "Bytes the device counted (IB words ×4).",
+        labels=[*labels, "direction"],
+    )
+    packets = CounterMetricFamily(
+        "commpulse_device_packets", "Packets the device counted.", labels=[*labels, "direction"]
+    )
+    errors = CounterMetricFamily(
+        "commpulse_device_errors", "Receive/transmit errors.", labels=[*labels, "direction"]
+    )
+    dropped = CounterMetricFamily(
+        "commpulse_device_dropped_packets", "Dropped packets.", labels=[*labels, "direction"]
+    )
+    hw = CounterMetricFamily(
+        "commpulse_rdma_hw_counter",
+        "RoCE congestion and transport counters from hw_counters (CNPs, ECN marks, retries).",
+        labels=[*labels, "counter"],
+    )
+    stale = GaugeMetricFamily(
+        "commpulse_device_counter_stale",
+        "1 for a 32-bit counter stuck at 2^32-1: its rate is not reported.",
+        labels=[*labels, "counter"],
+    )
+    for d in devices:
+        name, port = _split_device(d.device)
+        key = [d.source, name, port]
+        i = d.info
+        info.add_metric(
+            key,
+            {
+                "kind": i.kind if i else "unknown",
+                "link_layer": (i.link_layer or "") if i else "",
+                "state": (i.state or "") if i else "",
+                "skipped": (i.skipped or "") if i else "",
+            },
+        )
+        link = i.speed_bytes_per_s if i else None
+        if link:
+            speed.add_metric(key, link)
+        for direction, rate, raw in (("tx", d.tx_rate, d.tx_bytes), ("rx", d.rx_rate, d.rx_bytes)):
+            if rate is not None:
+                bw.add_metric([*key, direction], rate)
+                if link:
+                    util.add_metric([*key, direction], rate / link)
+            if raw is not None:
+                total.add_metric([*key, direction], float(raw))
+            for fam, counter in ((packets, "packets"), (errors, "errors"), (dropped, "dropped")):
+                value = d.counters.get(f"{direction}_{counter}")
+                if value is not None:
+                    fam.add_metric([*key, direction], float(value))
+        for counter, value in sorted(d.counters.items()):
+            if counter in HW_COUNTERS:
+                hw.add_metric([*key, counter], float(value))
+        for counter in sorted(i.stale_counters if i else ()):
+            stale.add_metric([*key, counter], 1.0)
+    yield from (info, bw, speed, util, total, packets, errors, dropped, hw, stale)
 
 
 def start_metrics_server(store: SnapshotStore, *, addr: str, port: int) -> tuple[Any, int]:

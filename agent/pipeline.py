@@ -18,12 +18,29 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
+import numpy as np
+
 from agent.clock import Clock, MonotonicClock, Ticker
 from agent.errors import SourceError, SourceUnavailable
 from agent.estimate import Estimate, EstimateInputs, estimate
+from agent.rates import Direction, GridSeries
 from agent.tracker import PeriodTracker
-from agent.windows import CollectiveWindow, CounterWindow, GpuWindow, window_capacity
-from collectors._base import CollectiveCall, CounterReading, GpuReading, Reading, Source
+from agent.windows import (
+    CollectiveWindow,
+    CounterWindow,
+    DeviceStatus,
+    DeviceTable,
+    GpuWindow,
+    window_capacity,
+)
+from collectors._base import (
+    CollectiveCall,
+    CounterReading,
+    DeviceInfo,
+    GpuReading,
+    Reading,
+    Source,
+)
 
 __all__ = ["Pipeline", "PipelineSettings", "Snapshot", "SnapshotStore", "SourceHealth"]
 
@@ -55,6 +72,8 @@ class Snapshot:
     sources: tuple[SourceHealth, ...]
     estimates: int = 0
     locked: bool = False
+    devices: tuple[DeviceStatus, ...] = ()
+    network_source: str | None = None
 
 
 class SnapshotStore:
@@ -93,10 +112,18 @@ class PipelineSettings:
 
 @dataclass
 class _State:
-    counters: CounterWindow
+    counter_capacity: int
     gpu: GpuWindow
     calls: CollectiveWindow
+    counters: dict[str, CounterWindow] = field(default_factory=dict)  # one per source
+    devices: DeviceTable = field(default_factory=DeviceTable)
     health: dict[str, SourceHealth] = field(default_factory=dict)
+
+    def counter_window(self, source: str) -> CounterWindow:
+        window = self.counters.get(source)
+        if window is None:
+            window = self.counters[source] = CounterWindow(self.counter_capacity)
+        return window
 
 
 class Pipeline:
@@ -118,7 +145,7 @@ class Pipeline:
         self._on_snapshot = on_snapshot
         cfg = self._cfg
         self._state = _State(
-            counters=CounterWindow(window_capacity(cfg.window_s, cfg.counter_rate_hz)),
+            counter_capacity=window_capacity(cfg.window_s, cfg.counter_rate_hz),
             gpu=GpuWindow(window_capacity(cfg.window_s, cfg.gpu_rate_hz * 8)),
             calls=CollectiveWindow(window_capacity(cfg.window_s, cfg.calls_per_s)),
             health={s.name: SourceHealth(s.name) for s in self._sources},
@@ -187,27 +214,47 @@ class Pipeline:
     async def _consume(self) -> None:
         st = self._state
         while True:
-            _, reading = await self._queue.get()
+            source, reading = await self._queue.get()
             if isinstance(reading, CounterReading):
-                st.counters.add(reading)
+                st.counter_window(source).add(reading)
+                st.devices.add_reading(source, reading)
+            elif isinstance(reading, DeviceInfo):
+                st.devices.add_info(source, reading)
             elif isinstance(reading, GpuReading):
                 st.gpu.add(reading)
             elif isinstance(reading, CollectiveCall):
                 st.calls.add(reading)
 
-    def _inputs(self) -> EstimateInputs | None:
+    def _network(self) -> tuple[str | None, dict[Direction, GridSeries]]:
+        """The counter source that carries the most traffic, and its grids.
+
+        NIC and RDMA counters see different traffic (RDMA bypasses netdev), and their polls
+        are not simultaneous, so they are never summed: the busiest one is estimated.
+        """
+        best: tuple[str | None, dict[Direction, GridSeries]] = (None, {})
+        best_rate = -1.0
+        for source, window in sorted(self._state.counters.items()):
+            grids = window.grids()
+            for g in grids.values():
+                finite = g.rate[np.isfinite(g.rate)]
+                rate = float(finite.mean()) if finite.size else -1.0
+                if rate > best_rate:
+                    best, best_rate = (source, grids), rate
+        return best
+
+    def _inputs(self) -> tuple[str | None, EstimateInputs | None]:
         st = self._state
-        grids = st.counters.grids()
+        source, grids = self._network()
         since: float | None = None
         if grids:
             since = min(g.t0 for g in grids.values())
         mix = st.calls.mix(since=since)
         if not grids and mix is None:
-            return None
+            return source, None
         span = max((g.duration_s for g in grids.values()), default=0.0)
         if grids and span < self._cfg.min_window_s:
-            return None
-        return EstimateInputs(
+            return source, None
+        return source, EstimateInputs(
             network=grids,
             network_source="counters" if grids else None,
             gpu=st.gpu.samples(since=since),
@@ -218,9 +265,9 @@ class Pipeline:
         ticker = Ticker(self._clock, self._cfg.hop_s)
         while True:
             await ticker.tick()
-            inputs = self._inputs()
+            source, inputs = self._inputs()
             if inputs is None:
-                self._publish(None, 0.0, locked=False)
+                self._publish(None, 0.0, locked=False, source=source)
                 continue
             began = time.perf_counter()
             try:
@@ -233,7 +280,8 @@ class Pipeline:
             update = self._tracker.update(est.period_s)
             if update.changed and update.period_s is not None:
                 keep_from = self._clock.now() - self._cfg.restart_periods * update.period_s
-                self._state.counters.drop_before(keep_from)
+                for window in self._state.counters.values():
+                    window.drop_before(keep_from)
             if update.period_s is None:
                 # Not locked yet (or lost): no T, and so no D, rather than a guess.
                 est = replace(
@@ -248,9 +296,11 @@ class Pipeline:
             else:
                 est = replace(est, period_s=update.period_s)
             self._estimates += 1
-            self._publish(est, took, locked=update.locked)
+            self._publish(est, took, locked=update.locked, source=source)
 
-    def _publish(self, est: Estimate | None, took: float, *, locked: bool) -> None:
+    def _publish(
+        self, est: Estimate | None, took: float, *, locked: bool, source: str | None
+    ) -> None:
         snap = Snapshot(
             estimate=est,
             time_s=self._clock.now(),
@@ -259,6 +309,8 @@ class Pipeline:
             sources=tuple(replace(h) for h in self._state.health.values()),
             estimates=self._estimates,
             locked=locked,
+            devices=tuple(self._state.devices.hop()),
+            network_source=source,
         )
         self._store.publish(snap)
         if self._on_snapshot is not None:

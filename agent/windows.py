@@ -7,7 +7,8 @@ as the offline path, :func:`agent.rates.counter_deltas`), so the estimator sees 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
@@ -20,13 +21,16 @@ from agent.rates import (
     counter_delta,
     grid_from_cumulative,
 )
-from collectors._base import CollectiveCall, CounterReading, GpuReading
+from collectors._base import CollectiveCall, CounterReading, DeviceInfo, GpuReading
 
 __all__ = [
     "CollectiveWindow",
     "CounterWindow",
+    "DeviceStatus",
+    "DeviceTable",
     "GpuWindow",
     "Ring",
+    "split_column",
     "window_capacity",
 ]
 
@@ -254,3 +258,96 @@ class CollectiveWindow:
 def window_capacity(window_s: float, rate_hz: float, *, minimum: int = 64) -> int:
     """Ring size that holds ``window_s`` of samples at ``rate_hz`` (with 10 % slack)."""
     return max(minimum, int(window_s * rate_hz * 1.1) + 1)
+
+
+@dataclass(frozen=True)
+class DeviceStatus:
+    """One device of one counter source, as the exporter shows it."""
+
+    source: str
+    device: str
+    info: DeviceInfo | None
+    tx_bytes: int | None
+    rx_bytes: int | None
+    counters: Mapping[str, int]
+    tx_rate: float | None
+    rx_rate: float | None
+
+
+@dataclass
+class _DeviceState:
+    info: DeviceInfo | None = None
+    values: dict[str, tuple[float, int]] = field(default_factory=dict)  # direction → (t, bytes)
+    counters: dict[str, int] = field(default_factory=dict)
+    mark: dict[str, tuple[float, int]] = field(default_factory=dict)  # at the previous hop
+    largest: dict[str, float] = field(default_factory=dict)
+    rates: dict[str, float | None] = field(default_factory=dict)
+
+
+def split_column(column: str) -> tuple[str, Direction] | None:
+    """``mlx5_0:1_tx_bytes`` → (``mlx5_0:1``, ``tx``); None for other column names."""
+    for suffix, direction in (("_tx_bytes", "tx"), ("_rx_bytes", "rx")):
+        if column.endswith(suffix):
+            return column[: -len(suffix)], direction
+    return None
+
+
+class DeviceTable:
+    """Latest raw counters and last-hop bandwidth of every device of every counter source."""
+
+    def __init__(self) -> None:
+        self._devices: dict[tuple[str, str], _DeviceState] = {}
+
+    def _state(self, source: str, device: str) -> _DeviceState:
+        key = (source, device)
+        st = self._devices.get(key)
+        if st is None:
+            st = self._devices[key] = _DeviceState()
+        return st
+
+    def add_info(self, source: str, info: DeviceInfo) -> None:
+        """Record (or replace) what the source says about a device."""
+        self._state(source, info.device).info = info
+
+    def add_reading(self, source: str, reading: CounterReading) -> None:
+        """Keep the newest raw values."""
+        for column, value in reading.values.items():
+            parts = split_column(column)
+            if parts is not None:
+                self._state(source, parts[0]).values[parts[1]] = (reading.time_s, value)
+        for device, counters in reading.counters.items():
+            self._state(source, device).counters.update(counters)
+
+    def hop(self) -> list[DeviceStatus]:
+        """Bandwidth of each device and direction since the previous call."""
+        out = []
+        for (source, device), st in sorted(self._devices.items()):
+            for direction, (t, value) in st.values.items():
+                prev = st.mark.get(direction)
+                rate = None
+                if prev is not None and t > prev[0]:
+                    bits = 64 if max(value, prev[1]) >= 2**32 else 32
+                    delta = counter_delta(
+                        prev[1], value, bits=bits, largest=st.largest.get(direction, 0.0)
+                    )
+                    if delta is not None:
+                        st.largest[direction] = max(st.largest.get(direction, 0.0), float(delta))
+                        rate = delta / (t - prev[0])
+                elif prev is not None:
+                    rate = st.rates.get(direction)  # no new read since the last hop
+                st.rates[direction] = rate
+                st.mark[direction] = (t, value)
+            skipped = st.info is not None and st.info.skipped is not None
+            out.append(
+                DeviceStatus(
+                    source=source,
+                    device=device,
+                    info=st.info,
+                    tx_bytes=None if skipped else st.values.get("tx", (0.0, None))[1],
+                    rx_bytes=None if skipped else st.values.get("rx", (0.0, None))[1],
+                    counters={} if skipped else dict(st.counters),
+                    tx_rate=None if skipped else st.rates.get("tx"),
+                    rx_rate=None if skipped else st.rates.get("rx"),
+                )
+            )
+        return out

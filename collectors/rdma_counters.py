@@ -1,0 +1,420 @@
+"""InfiniBand / RoCE port counters from ``/sys/class/infiniband``.
+
+RDMA traffic bypasses the kernel's network stack, so it never shows in netdev counters: on
+an IB or RoCE fabric these ports are where the collective bursts are.
+
+Per port (``<dev>/ports/<n>/``), from Documentation/ABI/stable/sysfs-class-infiniband:
+
+* ``counters/port_{xmit,rcv}_data`` count **4-byte words** ("divided by 4"): bytes = value × 4,
+  a constant — never the lane width (prometheus/procfs#164, node_exporter#573);
+* ``counters/port_{xmit,rcv}_packets``; old kernels keep 64-bit copies in ``counters_ext/``
+  (``*_64``), preferred when present;
+* PMA ``PortCounters`` without extended width are 32-bit and **saturate** at 2^32−1 instead
+  of wrapping: such a value is flagged stale and left out (a gap), never read as a rate of 0;
+* ``hw_counters/`` (RoCE congestion: CNPs, ECN marks, retransmissions...) are cached by the
+  driver for ``hw_counters/lifespan`` ms, so they are read at most that often and exported as
+  totals, never turned into fast rates;
+* devices without ``counters/`` (bnxt_re, iWARP) or whose counters read ``N/A (no PMA)`` are
+  skipped with the reason, and never stop the others.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from agent.clock import Clock, Ticker
+from agent.errors import SourceUnavailable
+from collectors._base import CounterReading, DeviceInfo, Emit
+from collectors._config import check_interval, check_regex
+
+__all__ = [
+    "HW_COUNTERS",
+    "SATURATED_32",
+    "RdmaConfig",
+    "RdmaCounters",
+    "RdmaPort",
+    "RdmaPortReader",
+    "discover_ports",
+    "parse_counter",
+    "parse_rate",
+    "parse_state",
+]
+
+log = logging.getLogger(__name__)
+
+#: A saturated 32-bit PMA counter (it stops here; it does not wrap).
+SATURATED_32 = 2**32 - 1
+
+#: The ``port_*_data`` counters count 4-octet words (IBA PortCounters, "divided by 4").
+DATA_WORD_BYTES = 4
+
+#: hw_counters exported as totals: the RoCE congestion and transport-error signals. A fixed
+#: list keeps the label set bounded whatever the driver exposes.
+HW_COUNTERS = frozenset(
+    {
+        "np_cnp_sent",
+        "rp_cnp_handled",
+        "rp_cnp_ignored",
+        "np_ecn_marked_roce_packets",
+        "out_of_sequence",
+        "packet_seq_err",
+        "local_ack_timeout_err",
+        "implied_nak_seq_err",
+        "duplicate_request",
+        "rnr_nak_retry_err",
+        "out_of_buffer",
+        "roce_adp_retrans",
+        "roce_adp_retrans_to",
+        "roce_slow_restart",
+        "roce_slow_restart_cnps",
+        "req_transport_retries_exceeded",
+        "req_rnr_retries_exceeded",
+    }
+)
+
+_RATE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([GMT]?)b/sec", re.IGNORECASE)
+_UNIT = {"": 1.0, "M": 1e6, "G": 1e9, "T": 1e12}
+
+
+@dataclass(frozen=True)
+class RdmaConfig:
+    """Settings of the RDMA counter source (section ``[sources.rdma_counters]``)."""
+
+    sysfs_root: Path = Path("/sys")
+    include: str | None = None
+    exclude: str | None = None
+    poll_interval_s: float = 0.01
+    hw_counters: bool = True
+    hw_counters_interval_s: float = 1.0
+    rescan_interval_s: float = 10.0
+
+    def __post_init__(self) -> None:
+        section = "rdma_counters"
+        check_interval(section, "poll_interval_s", self.poll_interval_s, 0.001, 60.0)
+        check_interval(section, "hw_counters_interval_s", self.hw_counters_interval_s, 0.01, 3600.0)
+        check_interval(section, "rescan_interval_s", self.rescan_interval_s, 0.1, 3600.0)
+        check_regex(section, "include", self.include)
+        check_regex(section, "exclude", self.exclude)
+
+
+# --------------------------------------------------------------------------------------------
+# Pure parsers
+
+
+def parse_counter(text: str | bytes) -> int | None:
+    """A counter file's value; None for ``N/A (no PMA)`` and other non-numbers."""
+    try:
+        return int(text.strip())
+    except ValueError:
+        return None
+
+
+def parse_rate(text: str | bytes) -> float | None:
+    """``ports/<n>/rate`` ("100 Gb/sec (4X EDR)") as bytes per second."""
+    s = text.decode(errors="replace") if isinstance(text, bytes) else text
+    m = _RATE.match(s)
+    if not m:
+        return None
+    return float(m.group(1)) * _UNIT[m.group(2).upper()] / 8.0
+
+
+def parse_state(text: str | bytes) -> str | None:
+    """``ports/<n>/state`` ("4: ACTIVE") → "ACTIVE"."""
+    s = (text.decode(errors="replace") if isinstance(text, bytes) else text).strip()
+    if not s:
+        return None
+    return s.split(":", 1)[-1].strip() or None
+
+
+# --------------------------------------------------------------------------------------------
+# Discovery and reading
+
+
+@dataclass(frozen=True)
+class RdmaPort:
+    """One port of one RDMA device, and where its counters are."""
+
+    device: str
+    port: int
+    link_layer: str | None
+    rate_bytes_per_s: float | None
+    state: str | None
+    xmit_data: Path | None
+    rcv_data: Path | None
+    xmit_packets: Path | None
+    rcv_packets: Path | None
+    extended: bool
+    hw_dir: Path | None
+    lifespan_ms: int | None
+    skipped: str | None = None
+    path: Path = field(default=Path("."), repr=False)
+
+    @property
+    def name(self) -> str:
+        """``mlx5_0:1``, the form NCCL's ``NET/IB : Using`` line prints."""
+        return f"{self.device}:{self.port}"
+
+
+def _read(path: Path) -> bytes | None:
+    try:
+        return path.read_bytes()
+    except OSError:
+        return None
+
+
+def _counter_file(port_dir: Path, name: str) -> tuple[Path | None, bool]:
+    """The best file for one counter: ``counters_ext/<name>_64``, else ``counters/<name>``."""
+    ext = port_dir / "counters_ext" / f"{name}_64"
+    if ext.is_file():
+        return ext, True
+    plain = port_dir / "counters" / name
+    if plain.is_file():
+        return plain, False
+    return None, False
+
+
+def discover_ports(sysfs_root: Path) -> list[RdmaPort]:
+    """Every port of every device under ``<sysfs_root>/class/infiniband``."""
+    base = sysfs_root / "class" / "infiniband"
+    try:
+        devices = sorted(os.listdir(base))
+    except FileNotFoundError:
+        return []
+    except OSError as exc:
+        raise SourceUnavailable("rdma_counters", f"cannot list {base}: {exc.strerror}") from None
+    ports: list[RdmaPort] = []
+    for dev in devices:
+        ports_dir = base / dev / "ports"
+        try:
+            numbers = sorted(int(p) for p in os.listdir(ports_dir) if p.isdigit())
+        except OSError:
+            continue
+        for num in numbers:
+            pd = ports_dir / str(num)
+            xmit, ext_x = _counter_file(pd, "port_xmit_data")
+            rcv, ext_r = _counter_file(pd, "port_rcv_data")
+            xp, _ = _counter_file(pd, "port_xmit_packets")
+            rp, _ = _counter_file(pd, "port_rcv_packets")
+            link = _read(pd / "link_layer")
+            hw = pd / "hw_counters"
+            lifespan = parse_counter(_read(hw / "lifespan") or b"") if hw.is_dir() else None
+            skipped = None
+            if xmit is None or rcv is None:
+                skipped = (
+                    "no counters/ directory (driver without PMA counters, e.g. bnxt_re, iWARP)"
+                )
+            else:
+                sample = parse_counter(_read(xmit) or b"")
+                if sample is None:
+                    text = (_read(xmit) or b"").decode(errors="replace").strip()
+                    skipped = f"counters unreadable: {text or 'empty'}"
+            ports.append(
+                RdmaPort(
+                    device=dev,
+                    port=num,
+                    link_layer=link.decode(errors="replace").strip() if link else None,
+                    rate_bytes_per_s=parse_rate(_read(pd / "rate") or b""),
+                    state=parse_state(_read(pd / "state") or b""),
+                    xmit_data=xmit,
+                    rcv_data=rcv,
+                    xmit_packets=xp,
+                    rcv_packets=rp,
+                    extended=ext_x and ext_r,
+                    hw_dir=hw if hw.is_dir() else None,
+                    lifespan_ms=lifespan,
+                    skipped=skipped,
+                    path=pd,
+                )
+            )
+    return ports
+
+
+class RdmaPortReader:
+    """Kept-open descriptors for one port's data and packet counters."""
+
+    def __init__(self, port: RdmaPort) -> None:
+        self.port = port
+        self._fds: list[int] = []
+        for path in (port.xmit_data, port.rcv_data, port.xmit_packets, port.rcv_packets):
+            self._fds.append(os.open(path, os.O_RDONLY) if path is not None else -1)
+
+    def read(self) -> tuple[int | None, int | None, int | None, int | None]:
+        """(tx bytes, rx bytes, tx packets, rx packets); None where unreadable or saturated.
+
+        Raises ``OSError`` when the device went away.
+        """
+        raw = [parse_counter(os.pread(fd, 32, 0)) if fd >= 0 else None for fd in self._fds]
+        out: list[int | None] = []
+        for i, value in enumerate(raw):
+            if value is None or (not self.port.extended and value == SATURATED_32):
+                out.append(None)
+            elif i < 2:
+                out.append(value * DATA_WORD_BYTES)
+            else:
+                out.append(value)
+        return out[0], out[1], out[2], out[3]
+
+    def saturated(self) -> frozenset[str]:
+        """Names of the counters currently stuck at 2^32−1."""
+        names = ("port_xmit_data", "port_rcv_data", "port_xmit_packets", "port_rcv_packets")
+        stuck = set()
+        for name, fd in zip(names, self._fds, strict=True):
+            if fd >= 0 and not self.port.extended:
+                with contextlib.suppress(OSError):
+                    if parse_counter(os.pread(fd, 32, 0)) == SATURATED_32:
+                        stuck.add(name)
+        return frozenset(stuck)
+
+    def read_hw(self) -> dict[str, int]:
+        """The allow-listed ``hw_counters`` (the driver caches them for ``lifespan`` ms)."""
+        out: dict[str, int] = {}
+        if self.port.hw_dir is None:
+            return out
+        try:
+            names = os.listdir(self.port.hw_dir)
+        except OSError:
+            return out
+        for name in names:
+            if name in HW_COUNTERS:
+                value = parse_counter(_read(self.port.hw_dir / name) or b"")
+                if value is not None:
+                    out[name] = value
+        return out
+
+    def close(self) -> None:
+        """Close the descriptors."""
+        for fd in self._fds:
+            if fd >= 0:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        self._fds = [-1] * len(self._fds)
+
+
+def _select(ports: Iterable[RdmaPort], cfg: RdmaConfig) -> tuple[list[RdmaPort], list[DeviceInfo]]:
+    inc = re.compile(cfg.include) if cfg.include else None
+    exc = re.compile(cfg.exclude) if cfg.exclude else None
+    chosen: list[RdmaPort] = []
+    infos: list[DeviceInfo] = []
+    for p in ports:
+        reason = p.skipped
+        if reason is None and inc is not None and not (inc.search(p.device) or inc.search(p.name)):
+            reason = "not matched by include"
+        if reason is None and exc is not None and (exc.search(p.device) or exc.search(p.name)):
+            reason = "matched by exclude"
+        infos.append(
+            DeviceInfo(
+                device=p.name,
+                kind="rdma",
+                link_layer=p.link_layer,
+                speed_bytes_per_s=p.rate_bytes_per_s,
+                state=p.state,
+                skipped=reason,
+            )
+        )
+        if reason is None:
+            chosen.append(p)
+    return chosen, infos
+
+
+class RdmaCounters:
+    """Polls every selected port's counters on absolute deadlines."""
+
+    name = "rdma_counters"
+
+    def __init__(self, config: RdmaConfig, *, clock: Clock) -> None:
+        self._cfg = config
+        self._clock = clock
+
+    def _open(self) -> tuple[list[RdmaPortReader], dict[str, DeviceInfo]]:
+        ports = discover_ports(self._cfg.sysfs_root)
+        chosen, infos = _select(ports, self._cfg)
+        readers = []
+        for p in chosen:
+            try:
+                readers.append(RdmaPortReader(p))
+            except OSError as exc:
+                log.warning("cannot open counters of %s: %s", p.name, exc.strerror)
+        return readers, {i.device: i for i in infos}
+
+    async def run(self, emit: Emit) -> None:
+        """Sweep until cancelled."""
+        readers, infos = self._open()
+        if not readers:
+            reasons = "; ".join(f"{i.device}: {i.skipped}" for i in infos.values()) or (
+                f"no device under {self._cfg.sysfs_root}/class/infiniband"
+            )
+            raise SourceUnavailable(self.name, f"no RDMA port to read ({reasons})")
+        for info in infos.values():
+            emit(info)
+        hw_every = self._cfg.hw_counters_interval_s
+        for r in readers:
+            if r.port.lifespan_ms:
+                hw_every = max(hw_every, r.port.lifespan_ms / 1000.0)
+        ticker = Ticker(self._clock, self._cfg.poll_interval_s)
+        now = self._clock.now()
+        next_hw = now
+        next_scan = now + self._cfg.rescan_interval_s
+        hw: dict[str, dict[str, int]] = {}
+        stale: dict[str, frozenset[str]] = {}
+        try:
+            while True:
+                await ticker.tick()
+                before = self._clock.now()
+                values: dict[str, int] = {}
+                counters: dict[str, dict[str, int]] = {}
+                lost: list[RdmaPortReader] = []
+                for r in readers:
+                    try:
+                        tx, rx, txp, rxp = r.read()
+                    except OSError:
+                        lost.append(r)
+                        continue
+                    name = r.port.name
+                    if tx is not None:
+                        values[f"{name}_tx_bytes"] = tx
+                    if rx is not None:
+                        values[f"{name}_rx_bytes"] = rx
+                    c = counters[name] = dict(hw.get(name, {}))
+                    if txp is not None:
+                        c["tx_packets"] = txp
+                    if rxp is not None:
+                        c["rx_packets"] = rxp
+                    if tx is None or rx is None or txp is None or rxp is None:
+                        stuck = r.saturated()
+                        if stuck != stale.get(name, frozenset()):
+                            stale[name] = stuck
+                            emit(_with_stale(infos[name], stuck))
+                    elif stale.get(name):
+                        stale[name] = frozenset()
+                        emit(_with_stale(infos[name], frozenset()))
+                t = 0.5 * (before + self._clock.now())
+                emit(CounterReading(t, values, counters))
+                if self._cfg.hw_counters and t >= next_hw:
+                    next_hw = t + hw_every
+                    hw = {r.port.name: r.read_hw() for r in readers}
+                if lost or t >= next_scan:
+                    next_scan = t + self._cfg.rescan_interval_s
+                    for r in lost:
+                        emit(DeviceInfo(device=r.port.name, kind="rdma", skipped="vanished"))
+                    for r in readers:
+                        r.close()
+                    readers, new_infos = self._open()
+                    for name, info in new_infos.items():
+                        if infos.get(name) != info:
+                            emit(info)
+                    infos = new_infos
+                    if not readers:
+                        raise SourceUnavailable(self.name, "every RDMA port went away")
+        finally:
+            for r in readers:
+                r.close()
+
+
+def _with_stale(info: DeviceInfo, stale: frozenset[str]) -> DeviceInfo:
+    return replace(info, stale_counters=stale)

@@ -197,7 +197,7 @@ def _device_families(devices: tuple[DeviceStatus, ...]) -> Iterator[Metric]:
     )
     total = CounterMetricFamily(
         "commpulse_device_bytes",
-        "Bytes the device counted (IB words ×4).",
+        "Bytes the device counted (InfiniBand data words times 4).",
         labels=[*labels, "direction"],
     )
     packets = CounterMetricFamily(
@@ -210,12 +210,12 @@ def _device_families(devices: tuple[DeviceStatus, ...]) -> Iterator[Metric]:
         "commpulse_device_dropped_packets", "Dropped packets.", labels=[*labels, "direction"]
     )
     hw = CounterMetricFamily(
-        "commpulse_rdma_hw_counter",
+        "commpulse_rdma_hw_events",
         "RoCE congestion and transport counters from hw_counters (CNPs, ECN marks, retries).",
         labels=[*labels, "counter"],
     )
     stale = GaugeMetricFamily(
-        "commpulse_device_counter_stale",
+        "commpulse_device_saturated",
         "1 for a 32-bit counter stuck at 2^32-1: its rate is not reported.",
         labels=[*labels, "counter"],
     )

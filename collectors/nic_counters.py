@@ -394,12 +394,16 @@ def _open_reader(
 # The source
 
 
+#: ARPHRD_* (include/uapi/linux/if_arp.h) → the link layer an operator recognises.
+_LINK_LAYERS = {1: "Ethernet", 32: "InfiniBand", 772: "loopback", 65534: "none"}
+
+
 def _infos(chosen: list[Interface], skipped: Mapping[str, str]) -> dict[str, DeviceInfo]:
     out = {
         i.name: DeviceInfo(
             device=i.name,
             kind="netdev",
-            link_layer=i.kind,
+            link_layer=_LINK_LAYERS.get(i.arphrd, str(i.arphrd)) if i.arphrd is not None else None,
             speed_bytes_per_s=i.speed_bytes_per_s,
             state=i.operstate,
         )

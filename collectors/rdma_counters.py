@@ -206,9 +206,7 @@ def discover_ports(sysfs_root: Path) -> list[RdmaPort]:
             lifespan = parse_counter(_read(hw / "lifespan") or b"") if hw.is_dir() else None
             skipped = None
             if xmit is None or rcv is None:
-                skipped = (
-                    "no counters/ directory (driver without PMA counters, e.g. bnxt_re, iWARP)"
-                )
+                skipped = "no counters/ directory (no PMA counters, e.g. bnxt_re, iWARP)"
             else:
                 sample = parse_counter(_read(xmit) or b"")
                 if sample is None:
@@ -408,6 +406,8 @@ class RdmaCounters:
                     for name, info in new_infos.items():
                         if infos.get(name) != info:
                             emit(info)
+                    for name in set(infos) - set(new_infos) - {r.port.name for r in lost}:
+                        emit(DeviceInfo(device=name, kind="rdma", skipped="vanished"))
                     infos = new_infos
                     if not readers:
                         raise SourceUnavailable(self.name, "every RDMA port went away")

@@ -1,0 +1,75 @@
+"""Golden exposition of the fixture host's devices (update with COMMPULSE_UPDATE_GOLDENS=1)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+from pathlib import Path
+
+from prometheus_client import generate_latest
+from prometheus_client.registry import CollectorRegistry
+
+from agent.clock import FakeClock
+from agent.exporter import SnapshotCollector
+from agent.pipeline import Snapshot, SnapshotStore
+from agent.windows import DeviceTable
+from collectors._base import CounterReading, DeviceInfo, Reading
+from collectors.nic_counters import NicConfig, NicCounters
+from collectors.rdma_counters import RdmaConfig, RdmaCounters
+from tests.conftest import require_component
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURE = ROOT / "fixtures" / "mlx5-host" / "sys"
+GOLDEN = ROOT / "golden" / "mlx5-host.prom"
+
+
+async def _readings(source: NicCounters | RdmaCounters, n: int) -> list[Reading]:
+    out: list[Reading] = []
+    task = asyncio.create_task(source.run(out.append))
+    while sum(isinstance(r, CounterReading) for r in out) < n:
+        await asyncio.sleep(0)
+    task.cancel()
+    return out
+
+
+def _device_exposition() -> str:
+    table = DeviceTable()
+    for source in (
+        NicCounters(NicConfig(sysfs_root=FIXTURE), clock=FakeClock()),
+        RdmaCounters(RdmaConfig(sysfs_root=FIXTURE), clock=FakeClock()),
+    ):
+        for r in asyncio.run(_readings(source, 2)):
+            if isinstance(r, DeviceInfo):
+                table.add_info(source.name, r)
+            elif isinstance(r, CounterReading):
+                table.add_reading(source.name, r)
+        table.hop()
+    store = SnapshotStore()
+    store.publish(Snapshot(None, 0.0, 0.0, 0.0, (), devices=tuple(table.hop())))
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(SnapshotCollector(store))
+    text = generate_latest(registry).decode()
+    keep = [
+        line for line in text.splitlines() if "commpulse_device" in line or "commpulse_rdma" in line
+    ]
+    return "\n".join(keep) + "\n"
+
+
+def test_fixture_host_exposition_matches_golden() -> None:
+    text = _device_exposition()
+    if os.environ.get("COMMPULSE_UPDATE_GOLDENS") == "1":
+        GOLDEN.write_text(text)
+    assert text == GOLDEN.read_text()
+
+
+def test_golden_is_promtool_clean() -> None:
+    promtool = require_component("promtool")
+    res = subprocess.run(
+        [promtool, "check", "metrics"],
+        input=GOLDEN.read_text(),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert res.returncode == 0, res.stdout + res.stderr

@@ -1,0 +1,182 @@
+"""RDMA counters against a fake mlx5 host: ×4 words, 32-bit saturation, skipped devices."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+from pathlib import Path
+
+import pytest
+
+from agent.clock import FakeClock
+from agent.errors import ConfigError, SourceUnavailable
+from collectors._base import CounterReading, DeviceInfo, Reading
+from collectors.rdma_counters import (
+    SATURATED_32,
+    RdmaConfig,
+    RdmaCounters,
+    RdmaPortReader,
+    discover_ports,
+    parse_counter,
+    parse_rate,
+    parse_state,
+)
+
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "mlx5-host" / "sys"
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        ("200 Gb/sec (4X HDR)", 25e9),
+        ("100 Gb/sec (4X EDR)", 12.5e9),
+        ("2.5 Gb/sec (1X SDR)", 2.5e9 / 8),
+        ("400 Gb/sec (4X NDR)\n", 50e9),
+        ("", None),
+        ("N/A", None),
+    ],
+)
+def test_parse_rate(text: str, value: float | None) -> None:
+    assert parse_rate(text) == value
+
+
+@pytest.mark.parametrize(
+    ("text", "value"), [("4: ACTIVE\n", "ACTIVE"), ("1: DOWN", "DOWN"), ("", None)]
+)
+def test_parse_state(text: str, value: str | None) -> None:
+    assert parse_state(text) == value
+
+
+@pytest.mark.parametrize(
+    ("text", "value"), [(b"123\n", 123), (b"N/A (no PMA)\n", None), (b"", None)]
+)
+def test_parse_counter(text: bytes, value: int | None) -> None:
+    assert parse_counter(text) == value
+
+
+def test_discovery_finds_every_port_and_says_why_some_are_skipped() -> None:
+    ports = {p.name: p for p in discover_ports(FIXTURE)}
+    assert set(ports) == {"mlx5_0:1", "mlx5_1:1", "mlx4_0:1", "mlx4_0:2", "bnxt_re0:1", "irdma0:1"}
+    assert ports["mlx5_0:1"].link_layer == "InfiniBand"
+    assert ports["mlx5_0:1"].rate_bytes_per_s == 25e9
+    assert ports["mlx5_1:1"].link_layer == "Ethernet"
+    assert ports["mlx5_1:1"].lifespan_ms == 10
+    assert ports["mlx4_0:1"].extended
+    assert not ports["mlx4_0:2"].extended
+    assert ports["mlx4_0:2"].state == "DOWN"
+    assert "no counters/" in (ports["bnxt_re0:1"].skipped or "")
+    assert "N/A (no PMA)" in (ports["irdma0:1"].skipped or "")
+    assert ports["mlx5_0:1"].skipped is None
+
+
+def test_data_counters_are_words_times_four() -> None:
+    port = next(p for p in discover_ports(FIXTURE) if p.name == "mlx5_0:1")
+    reader = RdmaPortReader(port)
+    tx, rx, txp, rxp = reader.read()
+    assert tx == 2_500_000_000_000 * 4
+    assert rx == 2_499_000_000_000 * 4
+    assert (txp, rxp) == (1_220_000_000, 1_219_000_000)  # packets are not scaled
+    reader.close()
+
+
+def test_extended_counters_are_preferred_over_saturated_32bit_ones() -> None:
+    port = next(p for p in discover_ports(FIXTURE) if p.name == "mlx4_0:1")
+    reader = RdmaPortReader(port)
+    assert reader.read() == (88_000_000_000 * 4, 87_000_000_000 * 4, 43_000_000, 42_500_000)
+    assert reader.saturated() == frozenset()
+    reader.close()
+
+
+def test_saturated_32bit_counter_is_flagged_not_read_as_a_value() -> None:
+    port = next(p for p in discover_ports(FIXTURE) if p.name == "mlx4_0:2")
+    reader = RdmaPortReader(port)
+    tx, rx, txp, rxp = reader.read()
+    assert tx is None  # stuck at 2^32-1: unknown, never a rate of zero
+    assert rx == 12_345 * 4
+    assert txp is None
+    assert rxp == 678
+    assert reader.saturated() == {"port_xmit_data", "port_xmit_packets"}
+    reader.close()
+
+
+def test_hw_counters_are_the_allow_listed_congestion_counters() -> None:
+    port = next(p for p in discover_ports(FIXTURE) if p.name == "mlx5_1:1")
+    hw = RdmaPortReader(port).read_hw()
+    assert hw["np_cnp_sent"] == 4411
+    assert hw["np_ecn_marked_roce_packets"] == 9001
+    assert "lifespan" not in hw
+    assert "rx_write_requests" not in hw  # not a congestion signal: left out
+
+
+async def _collect(src: RdmaCounters, n: int) -> list[Reading]:
+    out: list[Reading] = []
+    task = asyncio.create_task(src.run(out.append))
+    while sum(isinstance(r, CounterReading) for r in out) < n:
+        await asyncio.sleep(0)
+        if task.done():
+            task.result()
+    task.cancel()
+    return out
+
+
+def test_source_on_the_fixture_host() -> None:
+    src = RdmaCounters(RdmaConfig(sysfs_root=FIXTURE), clock=FakeClock())
+    out = asyncio.run(_collect(src, 2))
+    infos = {r.device: r for r in out if isinstance(r, DeviceInfo)}
+    assert infos["bnxt_re0:1"].skipped is not None
+    assert infos["mlx5_0:1"].speed_bytes_per_s == 25e9
+    assert infos["mlx4_0:2"].stale_counters == {"port_xmit_data", "port_xmit_packets"}
+    reading = next(r for r in out if isinstance(r, CounterReading))
+    assert reading.values["mlx5_0:1_tx_bytes"] == 10_000_000_000_000
+    assert "mlx4_0:2_tx_bytes" not in reading.values  # saturated: a gap
+    assert reading.values["mlx4_0:2_rx_bytes"] == 49_380
+    assert not any(k.startswith(("bnxt_re0", "irdma0")) for k in reading.values)
+    second = [r for r in out if isinstance(r, CounterReading)][1]
+    assert second.counters["mlx5_1:1"]["np_cnp_sent"] == 4411
+
+
+def test_a_device_that_goes_away_is_reported_and_the_others_continue(tmp_path: Path) -> None:
+    root = tmp_path / "sys"
+    shutil.copytree(FIXTURE, root, symlinks=True)
+    clock = FakeClock()
+    src = RdmaCounters(RdmaConfig(sysfs_root=root, rescan_interval_s=1.0), clock=clock)
+
+    async def scenario() -> list[Reading]:
+        out: list[Reading] = []
+        task = asyncio.create_task(src.run(out.append))
+        while sum(isinstance(r, CounterReading) for r in out) < 3:
+            await asyncio.sleep(0)
+        # Driver reload: mlx5_1 disappears from sysfs.
+        shutil.rmtree((root / "class" / "infiniband" / "mlx5_1").resolve())
+        (root / "class" / "infiniband" / "mlx5_1").unlink()
+        clock.advance(2.0)
+        while sum(isinstance(r, CounterReading) for r in out) < 10:
+            await asyncio.sleep(0)
+            if task.done():
+                task.result()
+        task.cancel()
+        return out
+
+    out = asyncio.run(scenario())
+    last = [r for r in out if isinstance(r, CounterReading)][-1]
+    assert "mlx5_1:1_tx_bytes" not in last.values
+    assert "mlx5_0:1_tx_bytes" in last.values
+    gone = [r for r in out if isinstance(r, DeviceInfo) and r.device == "mlx5_1:1"]
+    assert gone[-1].skipped == "vanished"
+
+
+def test_no_rdma_devices_is_no_data_with_a_reason(tmp_path: Path) -> None:
+    src = RdmaCounters(RdmaConfig(sysfs_root=tmp_path), clock=FakeClock())
+    with pytest.raises(SourceUnavailable, match="no device under"):
+        asyncio.run(src.run(lambda r: None))
+
+
+def test_config_errors() -> None:
+    with pytest.raises(ConfigError, match=r"rdma_counters\.exclude"):
+        RdmaConfig(exclude="[")
+    with pytest.raises(ConfigError, match="hw_counters_interval_s"):
+        RdmaConfig(hw_counters_interval_s=0)
+
+
+def test_saturation_constant() -> None:
+    assert SATURATED_32 == 4294967295

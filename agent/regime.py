@@ -3,13 +3,13 @@
 The rule, in order (evidence: DOMAIN.md's three regimes, and the simulator's scenarios in
 tests/unit/test_regime.py and tests/integration/test_analyze_scenarios.py):
 
-1. **idle** — the network carries less than ``idle_bytes_per_s`` on average and the NCCL log
-   (if any) shows no collectives.
-2. **periodic traffic**:
+1. **periodic traffic**, whatever its volume (a small job is still a job):
    * **finetune** when the step is a *train* of many small collectives — an inner period at
      least 3× shorter than T, or ≥ 6 bursts per period — or when the NCCL log says most bytes
      go through AllGather/ReduceScatter (ZeRO-3 / FSDP);
    * **training** otherwise: one (or a few) large synchronous bursts per step.
+2. **idle** — no period, less than ``idle_bytes_per_s`` on average and no collectives in the
+   NCCL log (if any);
 3. **aperiodic traffic**: **inference** when it comes in bursts (random arrivals, at least
    ``MIN_APERIODIC_BURSTS`` of them in the window, so that a training job's first few steps
    are not called inference) or when the NCCL log is dominated by AlltoAll / Send / Recv;
@@ -64,17 +64,15 @@ def collective_shares(collectives: Mapping[str, tuple[int, int]]) -> tuple[float
 
 def classify_regime(f: RegimeFeatures, *, idle_bytes_per_s: float = IDLE_BYTES_PER_S) -> str:
     """Apply the rule in the module docstring."""
-    no_collectives = f.collective_calls is None or f.collective_calls == 0
-    quiet = f.mean_rate is not None and f.mean_rate < idle_bytes_per_s
-    if quiet and no_collectives:
-        return "idle"
-    if f.mean_rate is None and f.collective_calls == 0:
-        return "idle"
     if f.periodic:
         train = f.inner_period or (f.bursts_per_period is not None and f.bursts_per_period >= 6)
         if train or (f.gather_share is not None and f.gather_share >= 0.5):
             return "finetune"
         return "training"
+    no_collectives = f.collective_calls is None or f.collective_calls == 0
+    quiet = f.mean_rate is not None and f.mean_rate < idle_bytes_per_s
+    if (quiet or f.mean_rate is None) and no_collectives:
+        return "idle"
     if f.sparse_share is not None and f.sparse_share >= 0.5:
         return "inference"
     if f.bursty and f.bursts >= MIN_APERIODIC_BURSTS:

@@ -13,6 +13,7 @@ from agent.regime import RegimeFeatures, classify_regime, collective_shares
         (RegimeFeatures(periodic=False, mean_rate=1e5), "idle"),
         (RegimeFeatures(periodic=False, mean_rate=None, collective_calls=0), "idle"),
         (RegimeFeatures(periodic=True, bursts_per_period=1.0, mean_rate=8e9), "training"),
+        (RegimeFeatures(periodic=True, bursts_per_period=1.0, mean_rate=7e6), "training"),
         (RegimeFeatures(periodic=True, inner_period=True, mean_rate=8e9), "finetune"),
         (RegimeFeatures(periodic=True, bursts_per_period=96, mean_rate=8e9), "finetune"),
         (

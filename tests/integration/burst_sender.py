@@ -1,0 +1,42 @@
+"""A periodic burst train over UDP: on for duty·period, silent for the rest, on a fixed grid.
+
+Run in the sending namespace; the shaper (tc tbf) on its interface sets the burst rate.
+Usage: python -m tests.integration.burst_sender HOST PORT PERIOD DUTY SECONDS
+"""
+
+from __future__ import annotations
+
+import errno
+import socket
+import sys
+import time
+
+
+def main() -> None:
+    host, port = sys.argv[1], int(sys.argv[2])
+    period, duty, seconds = float(sys.argv[3]), float(sys.argv[4]), float(sys.argv[5])
+    payload = b"\x00" * 1400
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 16)
+    sock.setblocking(False)
+    start = time.monotonic()
+    k = 0
+    while True:
+        on_start = start + k * period
+        if on_start - start >= seconds:
+            return
+        while time.monotonic() < on_start:
+            time.sleep(min(0.001, max(0.0, on_start - time.monotonic())))
+        on_end = on_start + duty * period
+        while time.monotonic() < on_end:
+            try:
+                sock.sendto(payload, (host, port))
+            except OSError as exc:  # the shaper's queue is full: that is the point
+                if exc.errno not in (errno.EAGAIN, errno.ENOBUFS):
+                    raise
+                time.sleep(0.0002)
+        k += 1
+
+
+if __name__ == "__main__":
+    main()

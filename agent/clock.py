@@ -20,6 +20,10 @@ class Clock(Protocol):
         """Sleep until ``now() >= deadline`` (returns at once when already past)."""
         ...
 
+    def block_until(self, deadline: float) -> None:
+        """The same, blocking the calling thread (for sampling threads)."""
+        ...
+
 
 class MonotonicClock:
     """The real clock: ``time.monotonic`` and ``asyncio.sleep``."""
@@ -32,6 +36,12 @@ class MonotonicClock:
         """Sleep until the absolute deadline (drift-free loops use absolute deadlines)."""
         delay = deadline - time.monotonic()
         await asyncio.sleep(max(0.0, delay))
+
+    def block_until(self, deadline: float) -> None:
+        """Block the calling thread until the absolute deadline."""
+        delay = deadline - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
 
 
 class FakeClock:
@@ -53,6 +63,11 @@ class FakeClock:
         self._now = max(self._now, deadline)
         await asyncio.sleep(0)
 
+    def block_until(self, deadline: float) -> None:
+        """Jump straight to the deadline (and let other threads run)."""
+        self._now = max(self._now, deadline)
+        time.sleep(0)
+
 
 class Ticker:
     """Absolute-deadline ticks (``start + k·interval``): no drift, and no catch-up bursts.
@@ -71,12 +86,20 @@ class Ticker:
         self._k = 0
         self.skipped = 0
 
-    async def tick(self) -> float:
-        """Sleep until the next deadline; returns the clock time on waking."""
+    def _next_deadline(self) -> float:
         self._k += 1
         due = int((self._clock.now() - self._start) / self._interval) + 1
         if due > self._k:
             self.skipped += due - self._k
             self._k = due
-        await self._clock.sleep_until(self._start + self._k * self._interval)
+        return self._start + self._k * self._interval
+
+    async def tick(self) -> float:
+        """Sleep until the next deadline; returns the clock time on waking."""
+        await self._clock.sleep_until(self._next_deadline())
+        return self._clock.now()
+
+    def tick_blocking(self) -> float:
+        """:meth:`tick` for a sampling thread."""
+        self._clock.block_until(self._next_deadline())
         return self._clock.now()

@@ -26,15 +26,16 @@ import os
 import re
 import socket
 import struct
-from collections.abc import Iterable, Mapping
+from collections.abc import Container, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from agent.clock import Clock, Ticker
+from agent.clock import Clock
 from agent.errors import ConfigError, SourceError, SourceUnavailable
-from collectors._base import CounterReading, DeviceInfo, Emit
+from collectors._base import CounterReading, DeviceInfo, Emit, Reading
 from collectors._config import check_interval, check_regex
+from collectors._sampler import Sampler
 
 __all__ = [
     "DEFAULT_EXCLUDE",
@@ -62,6 +63,9 @@ DEFAULT_EXCLUDE = (
 )
 
 ARPHRD_LOOPBACK = 772
+
+#: Packets, errors and drops are exported as totals; they need no 100 Hz resolution.
+SLOW_COUNTERS_INTERVAL_S = 1.0
 
 # Netlink constants (include/uapi/linux/netlink.h, rtnetlink.h, if_link.h).
 NLMSG_ERROR = 2
@@ -167,8 +171,12 @@ def stats_request(seq: int) -> bytes:
     return header + body
 
 
-def parse_stats_dump(data: bytes | memoryview) -> tuple[dict[int, LinkStats], bool]:
+def parse_stats_dump(
+    data: bytes | memoryview, wanted: Container[int] | None = None
+) -> tuple[dict[int, LinkStats], bool]:
     """Decode one datagram of an ``RTM_GETSTATS`` dump: (stats by ifindex, dump finished).
+
+    ``wanted`` limits decoding to those interface indexes (the others are skipped cheaply).
 
     Raises ``OSError`` when the kernel answered with a netlink error, ``ValueError`` on a
     malformed message (truncated header or attribute).
@@ -189,6 +197,9 @@ def parse_stats_dump(data: bytes | memoryview) -> tuple[dict[int, LinkStats], bo
                 raise OSError(-code, f"netlink RTM_GETSTATS: {os.strerror(-code)}")
         elif kind == RTM_NEWSTATS and length >= _NLMSGHDR.size + _IF_STATS_MSG.size:
             _family, _p1, _p2, ifindex, _mask = _IF_STATS_MSG.unpack_from(data, body)
+            if wanted is not None and ifindex not in wanted:
+                offset += (length + 3) & ~3
+                continue
             attr = body + _IF_STATS_MSG.size
             end = offset + length
             while attr + _RTATTR.size <= end:
@@ -358,7 +369,7 @@ class NetlinkStatsReader:
         view = memoryview(self._buf)
         while True:
             n = self._sock.recv_into(self._buf)
-            stats, done = parse_stats_dump(view[:n])
+            stats, done = parse_stats_dump(view[:n], self._names)
             for ifindex, s in stats.items():
                 name = self._names.get(ifindex)
                 if name is not None:
@@ -414,15 +425,24 @@ def _infos(chosen: list[Interface], skipped: Mapping[str, str]) -> dict[str, Dev
     return out
 
 
-class NicCounters:
-    """Polls interface counters on absolute deadlines and emits one reading per sweep."""
+class _NicSweeper:
+    """The sampling thread's state: the reader, the interface list and when to rescan."""
 
-    name = "nic_counters"
-
-    def __init__(self, config: NicConfig, *, clock: Clock) -> None:
-        self._cfg = config
+    def __init__(self, cfg: NicConfig, clock: Clock, name: str) -> None:
+        self._cfg = cfg
         self._clock = clock
-        self.method: str | None = None
+        self._name = name
+        self.chosen, self.infos = self._scan()
+        if not self.chosen:
+            raise SourceUnavailable(
+                name,
+                f"no interface under {cfg.sysfs_root}/class/net passes the filters "
+                f"(include={cfg.include!r}, exclude={cfg.exclude!r})",
+            )
+        self.reader, self.method = _open_reader(cfg.method, cfg.sysfs_root, self.chosen)
+        self._pending: list[Reading] = list(self.infos.values())
+        self._next_scan = clock.now() + cfg.rescan_interval_s
+        self._next_slow = clock.now()
 
     def _scan(self) -> tuple[list[Interface], dict[str, DeviceInfo]]:
         chosen, skipped = select_interfaces(
@@ -432,50 +452,66 @@ class NicCounters:
         )
         return chosen, _infos(chosen, skipped)
 
+    def sweep(self) -> list[Reading]:
+        """One poll of every selected interface (plus device changes after a rescan)."""
+        out, self._pending = self._pending, []
+        before = self._clock.now()
+        try:
+            stats = self.reader.read()
+        except (OSError, ValueError) as exc:
+            raise SourceError(self._name, f"{self.method} read failed: {exc}") from exc
+        t = 0.5 * (before + self._clock.now())
+        values: dict[str, int] = {}
+        for name, st in stats.items():
+            values[f"{name}_rx_bytes"] = st.rx_bytes
+            values[f"{name}_tx_bytes"] = st.tx_bytes
+        counters: dict[str, dict[str, int]] = {}
+        if t >= self._next_slow:  # packets, errors, drops: exported totals, once a second
+            self._next_slow = t + SLOW_COUNTERS_INTERVAL_S
+            counters = {name: st.counters() for name, st in stats.items()}
+        out.append(CounterReading(t, values, counters))
+        vanished = isinstance(self.reader, SysfsStatsReader) and bool(self.reader.vanished)
+        if t >= self._next_scan or vanished:
+            self._next_scan = t + self._cfg.rescan_interval_s
+            self._rescan(out, force=vanished)
+        return out
+
+    def _rescan(self, out: list[Reading], *, force: bool) -> None:
+        chosen, infos = self._scan()
+        out.extend(info for name, info in infos.items() if self.infos.get(name) != info)
+        out.extend(
+            DeviceInfo(device=name, kind="netdev", skipped="vanished")
+            for name in sorted(set(self.infos) - set(infos))
+        )
+        if force or [i.name for i in chosen] != [i.name for i in self.chosen]:
+            self.reader.close()
+            self.reader, self.method = _open_reader(self._cfg.method, self._cfg.sysfs_root, chosen)
+        self.chosen, self.infos = chosen, infos
+
+    def close(self) -> None:
+        """Release the reader."""
+        self.reader.close()
+
+
+class NicCounters:
+    """Polls interface counters on absolute deadlines in a sampling thread."""
+
+    name = "nic_counters"
+
+    def __init__(self, config: NicConfig, *, clock: Clock, sampler: Sampler | None = None) -> None:
+        self._cfg = config
+        self._clock = clock
+        self._sampler = sampler or Sampler(clock)
+        self.method: str | None = None
+
     async def run(self, emit: Emit) -> None:
         """Sweep until cancelled; rescan interfaces every ``rescan_interval_s``."""
-        chosen, infos = self._scan()
-        if not chosen:
-            raise SourceUnavailable(
-                self.name,
-                f"no interface under {self._cfg.sysfs_root}/class/net passes the filters "
-                f"(include={self._cfg.include!r}, exclude={self._cfg.exclude!r})",
-            )
-        reader, self.method = _open_reader(self._cfg.method, self._cfg.sysfs_root, chosen)
-        for info in infos.values():
-            emit(info)
-        ticker = Ticker(self._clock, self._cfg.poll_interval_s)
-        next_scan = self._clock.now() + self._cfg.rescan_interval_s
-        try:
-            while True:
-                await ticker.tick()
-                before = self._clock.now()
-                try:
-                    stats = reader.read()
-                except (OSError, ValueError) as exc:
-                    raise SourceError(self.name, f"{self.method} read failed: {exc}") from exc
-                t = 0.5 * (before + self._clock.now())
-                values: dict[str, int] = {}
-                counters: dict[str, dict[str, int]] = {}
-                for name, s in stats.items():
-                    values[f"{name}_rx_bytes"] = s.rx_bytes
-                    values[f"{name}_tx_bytes"] = s.tx_bytes
-                    counters[name] = s.counters()
-                emit(CounterReading(t, values, counters))
-                vanished = isinstance(reader, SysfsStatsReader) and bool(reader.vanished)
-                if t >= next_scan or vanished:
-                    next_scan = t + self._cfg.rescan_interval_s
-                    new_chosen, new_infos = self._scan()
-                    for name, info in new_infos.items():
-                        if infos.get(name) != info:
-                            emit(info)
-                    for name in set(infos) - set(new_infos):
-                        emit(DeviceInfo(device=name, kind="netdev", skipped="vanished"))
-                    if [i.name for i in new_chosen] != [i.name for i in chosen] or vanished:
-                        reader.close()
-                        reader, self.method = _open_reader(
-                            self._cfg.method, self._cfg.sysfs_root, new_chosen
-                        )
-                    chosen, infos = new_chosen, new_infos
-        finally:
-            reader.close()
+        sweeper = _NicSweeper(self._cfg, self._clock, self.name)
+        self.method = sweeper.method
+        await self._sampler.run(
+            self.name,
+            self._cfg.poll_interval_s,
+            sweeper.sweep,
+            emit,
+            close=sweeper.close,
+        )

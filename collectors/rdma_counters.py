@@ -28,10 +28,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from agent.clock import Clock, Ticker
+from agent.clock import Clock
 from agent.errors import SourceUnavailable
-from collectors._base import CounterReading, DeviceInfo, Emit
+from collectors._base import CounterReading, DeviceInfo, Emit, Reading
 from collectors._config import check_interval, check_regex
+from collectors._sampler import Sampler
 
 __all__ = [
     "HW_COUNTERS",
@@ -242,21 +243,36 @@ class RdmaPortReader:
         for path in (port.xmit_data, port.rcv_data, port.xmit_packets, port.rcv_packets):
             self._fds.append(os.open(path, os.O_RDONLY) if path is not None else -1)
 
-    def read(self) -> tuple[int | None, int | None, int | None, int | None]:
-        """(tx bytes, rx bytes, tx packets, rx packets); None where unreadable or saturated.
+    def _value(self, fd: int) -> int | None:
+        if fd < 0:
+            return None
+        try:
+            value = int(os.pread(fd, 32, 0))
+        except ValueError:  # "N/A (no PMA)" or an empty read
+            return None
+        if not self.port.extended and value == SATURATED_32:
+            return None
+        return value
+
+    def read_data(self) -> tuple[int | None, int | None]:
+        """(tx bytes, rx bytes), the fast path; None where unreadable or saturated.
 
         Raises ``OSError`` when the device went away.
         """
-        raw = [parse_counter(os.pread(fd, 32, 0)) if fd >= 0 else None for fd in self._fds]
-        out: list[int | None] = []
-        for i, value in enumerate(raw):
-            if value is None or (not self.port.extended and value == SATURATED_32):
-                out.append(None)
-            elif i < 2:
-                out.append(value * DATA_WORD_BYTES)
-            else:
-                out.append(value)
-        return out[0], out[1], out[2], out[3]
+        tx = self._value(self._fds[0])
+        rx = self._value(self._fds[1])
+        return (
+            None if tx is None else tx * DATA_WORD_BYTES,
+            None if rx is None else rx * DATA_WORD_BYTES,
+        )
+
+    def read_packets(self) -> tuple[int | None, int | None]:
+        """(tx packets, rx packets); None where unreadable or saturated."""
+        return self._value(self._fds[2]), self._value(self._fds[3])
+
+    def read(self) -> tuple[int | None, int | None, int | None, int | None]:
+        """(tx bytes, rx bytes, tx packets, rx packets); None where unreadable or saturated."""
+        return (*self.read_data(), *self.read_packets())
 
     def saturated(self) -> frozenset[str]:
         """Names of the counters currently stuck at 2^32−1."""
@@ -320,14 +336,30 @@ def _select(ports: Iterable[RdmaPort], cfg: RdmaConfig) -> tuple[list[RdmaPort],
     return chosen, infos
 
 
-class RdmaCounters:
-    """Polls every selected port's counters on absolute deadlines."""
+class _RdmaSweeper:
+    """The sampling thread's state: one reader per port, and the slower side readings."""
 
-    name = "rdma_counters"
-
-    def __init__(self, config: RdmaConfig, *, clock: Clock) -> None:
-        self._cfg = config
+    def __init__(self, cfg: RdmaConfig, clock: Clock, name: str) -> None:
+        self._cfg = cfg
         self._clock = clock
+        self._name = name
+        self.readers, self.infos = self._open()
+        if not self.readers:
+            reasons = "; ".join(f"{i.device}: {i.skipped}" for i in self.infos.values()) or (
+                f"no device under {cfg.sysfs_root}/class/infiniband"
+            )
+            raise SourceUnavailable(name, f"no RDMA port to read ({reasons})")
+        self._pending: list[Reading] = list(self.infos.values())
+        hw_every = cfg.hw_counters_interval_s
+        for r in self.readers:
+            if r.port.lifespan_ms:
+                hw_every = max(hw_every, r.port.lifespan_ms / 1000.0)
+        self._hw_every = hw_every
+        now = clock.now()
+        self._next_slow = now
+        self._next_scan = now + cfg.rescan_interval_s
+        self._slow: dict[str, dict[str, int]] = {}
+        self._stale: dict[str, frozenset[str]] = {}
 
     def _open(self) -> tuple[list[RdmaPortReader], dict[str, DeviceInfo]]:
         ports = discover_ports(self._cfg.sysfs_root)
@@ -340,80 +372,94 @@ class RdmaCounters:
                 log.warning("cannot open counters of %s: %s", p.name, exc.strerror)
         return readers, {i.device: i for i in infos}
 
+    def _read_slow(self, out: list[Reading]) -> None:
+        """Packets, hw_counters (cached by the driver) and saturation flags, once a second."""
+        slow: dict[str, dict[str, int]] = {}
+        for r in self.readers:
+            name = r.port.name
+            counters = r.read_hw() if self._cfg.hw_counters else {}
+            try:
+                txp, rxp = r.read_packets()
+            except OSError:
+                continue
+            if txp is not None:
+                counters["tx_packets"] = txp
+            if rxp is not None:
+                counters["rx_packets"] = rxp
+            slow[name] = counters
+            stuck = r.saturated()
+            if stuck != self._stale.get(name, frozenset()):
+                self._stale[name] = stuck
+                out.append(_with_stale(self.infos[name], stuck))
+        self._slow = slow
+
+    def sweep(self) -> list[Reading]:
+        """One poll of every port's data counters (other counters once a second)."""
+        out, self._pending = self._pending, []
+        before = self._clock.now()
+        values: dict[str, int] = {}
+        lost: list[RdmaPortReader] = []
+        for r in self.readers:
+            try:
+                tx, rx = r.read_data()
+            except OSError:
+                lost.append(r)
+                continue
+            name = r.port.name
+            if tx is not None:
+                values[f"{name}_tx_bytes"] = tx
+            if rx is not None:
+                values[f"{name}_rx_bytes"] = rx
+        t = 0.5 * (before + self._clock.now())
+        counters: dict[str, dict[str, int]] = {}
+        if t >= self._next_slow:
+            self._next_slow = t + self._hw_every
+            self._read_slow(out)
+            counters = self._slow
+        out.append(CounterReading(t, values, counters))
+        if lost or t >= self._next_scan:
+            self._next_scan = t + self._cfg.rescan_interval_s
+            self._rescan(out, lost)
+        return out
+
+    def _rescan(self, out: list[Reading], lost: list[RdmaPortReader]) -> None:
+        out.extend(DeviceInfo(device=r.port.name, kind="rdma", skipped="vanished") for r in lost)
+        for r in self.readers:
+            r.close()
+        self.readers, infos = self._open()
+        out.extend(info for name, info in infos.items() if self.infos.get(name) != info)
+        gone = set(self.infos) - set(infos) - {r.port.name for r in lost}
+        out.extend(DeviceInfo(device=n, kind="rdma", skipped="vanished") for n in sorted(gone))
+        self.infos = infos
+        if not self.readers:
+            raise SourceUnavailable(self._name, "every RDMA port went away")
+
+    def close(self) -> None:
+        """Close every port's descriptors."""
+        for r in self.readers:
+            r.close()
+
+
+class RdmaCounters:
+    """Polls every selected port's data counters on absolute deadlines, in a sampling thread."""
+
+    name = "rdma_counters"
+
+    def __init__(self, config: RdmaConfig, *, clock: Clock, sampler: Sampler | None = None) -> None:
+        self._cfg = config
+        self._clock = clock
+        self._sampler = sampler or Sampler(clock)
+
     async def run(self, emit: Emit) -> None:
         """Sweep until cancelled."""
-        readers, infos = self._open()
-        if not readers:
-            reasons = "; ".join(f"{i.device}: {i.skipped}" for i in infos.values()) or (
-                f"no device under {self._cfg.sysfs_root}/class/infiniband"
-            )
-            raise SourceUnavailable(self.name, f"no RDMA port to read ({reasons})")
-        for info in infos.values():
-            emit(info)
-        hw_every = self._cfg.hw_counters_interval_s
-        for r in readers:
-            if r.port.lifespan_ms:
-                hw_every = max(hw_every, r.port.lifespan_ms / 1000.0)
-        ticker = Ticker(self._clock, self._cfg.poll_interval_s)
-        now = self._clock.now()
-        next_hw = now
-        next_scan = now + self._cfg.rescan_interval_s
-        hw: dict[str, dict[str, int]] = {}
-        stale: dict[str, frozenset[str]] = {}
-        try:
-            while True:
-                await ticker.tick()
-                before = self._clock.now()
-                values: dict[str, int] = {}
-                counters: dict[str, dict[str, int]] = {}
-                lost: list[RdmaPortReader] = []
-                for r in readers:
-                    try:
-                        tx, rx, txp, rxp = r.read()
-                    except OSError:
-                        lost.append(r)
-                        continue
-                    name = r.port.name
-                    if tx is not None:
-                        values[f"{name}_tx_bytes"] = tx
-                    if rx is not None:
-                        values[f"{name}_rx_bytes"] = rx
-                    c = counters[name] = dict(hw.get(name, {}))
-                    if txp is not None:
-                        c["tx_packets"] = txp
-                    if rxp is not None:
-                        c["rx_packets"] = rxp
-                    if tx is None or rx is None or txp is None or rxp is None:
-                        stuck = r.saturated()
-                        if stuck != stale.get(name, frozenset()):
-                            stale[name] = stuck
-                            emit(_with_stale(infos[name], stuck))
-                    elif stale.get(name):
-                        stale[name] = frozenset()
-                        emit(_with_stale(infos[name], frozenset()))
-                t = 0.5 * (before + self._clock.now())
-                emit(CounterReading(t, values, counters))
-                if self._cfg.hw_counters and t >= next_hw:
-                    next_hw = t + hw_every
-                    hw = {r.port.name: r.read_hw() for r in readers}
-                if lost or t >= next_scan:
-                    next_scan = t + self._cfg.rescan_interval_s
-                    for r in lost:
-                        emit(DeviceInfo(device=r.port.name, kind="rdma", skipped="vanished"))
-                    for r in readers:
-                        r.close()
-                    readers, new_infos = self._open()
-                    for name, info in new_infos.items():
-                        if infos.get(name) != info:
-                            emit(info)
-                    for name in set(infos) - set(new_infos) - {r.port.name for r in lost}:
-                        emit(DeviceInfo(device=name, kind="rdma", skipped="vanished"))
-                    infos = new_infos
-                    if not readers:
-                        raise SourceUnavailable(self.name, "every RDMA port went away")
-        finally:
-            for r in readers:
-                r.close()
+        sweeper = _RdmaSweeper(self._cfg, self._clock, self.name)
+        await self._sampler.run(
+            self.name,
+            self._cfg.poll_interval_s,
+            sweeper.sweep,
+            emit,
+            close=sweeper.close,
+        )
 
 
 def _with_stale(info: DeviceInfo, stale: frozenset[str]) -> DeviceInfo:

@@ -30,6 +30,7 @@ async def _readings(source: NicCounters | RdmaCounters, n: int) -> list[Reading]
     while sum(isinstance(r, CounterReading) for r in out) < n:
         await asyncio.sleep(0)
     task.cancel()
+    await asyncio.gather(task, return_exceptions=True)  # let the sampler stop cleanly
     return out
 
 

@@ -147,6 +147,7 @@ async def _collect(source: NicCounters, n: int, clock: FakeClock) -> list[Readin
         if task.done():
             task.result()
     task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
     return out
 
 
@@ -161,6 +162,7 @@ def test_source_on_the_fixture_host_emits_bytes_counters_and_device_info() -> No
     readings = [r for r in out if isinstance(r, CounterReading)]
     assert readings[0].values["eth0_rx_bytes"] == 98765432109
     assert readings[0].counters["eth0"]["rx_packets"] == 81234567
+    assert readings[1].counters == {}  # packets and errors once a second, not every poll
     assert "lo_rx_bytes" not in readings[0].values
     times = [r.time_s for r in readings]
     assert times == sorted(times)

@@ -113,3 +113,5 @@ def test_netlink_and_sysfs_readers_recover_the_shaped_burst_train(veth_pair: Lin
         assert result["sources"]["nic_counters"]["errors"] == 0
         device = next(d for d in result["devices"] if d["device"] == veth_pair.receiver_if)
         assert device["speed"] == 10e9 / 8  # a veth reports 10000 Mb/s
+        # Last-hop (1 s) bandwidth of the device: two bursts of 0.15 s at the shaped rate.
+        assert device["rx_rate"] == pytest.approx(RATE_BYTES * DUTY, rel=0.3), device

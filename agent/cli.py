@@ -17,15 +17,13 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from agent import __version__
+from agent.defaults import DEFAULT_PORT
 from agent.errors import CommpulseError, ConfigError
 
 __all__ = ["DEFAULT_PORT", "build_parser", "main", "parse_quantity"]
 
 log = logging.getLogger(__name__)
 
-#: The Prometheus exporter range 9100-9999 is fully allocated; this one sits clear of it
-#: (to be registered on the Prometheus "default port allocations" page).
-DEFAULT_PORT = 19100
 
 _UNITS = {
     "": 1.0,
@@ -331,6 +329,55 @@ def _add_demo(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--quiet", action="store_true", help="do not print the summary line")
 
 
+def _add_run(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "run",
+        help="run the agent as a service (sources, /metrics, MQTT) from a config file",
+        description=(
+            "Run the agent until SIGTERM/SIGINT. SIGHUP re-reads the configuration (an invalid "
+            "file is logged and ignored). Under systemd it speaks sd_notify (Type=notify, "
+            "WatchdogSec). Reference of every key: docs/config.md."
+        ),
+    )
+    p.add_argument(
+        "--config",
+        type=Path,
+        required=True,
+        metavar="FILE",
+        help="TOML configuration (example: deploy/config/commpulse.toml)",
+    )
+
+
+def _add_validate(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "validate",
+        help="check a configuration file; exit 0 when valid",
+        description=(
+            "Parse and check a configuration file: unknown keys, wrong types, out-of-range "
+            "values and missing files are reported with their dotted key. Exit status 0 when "
+            "valid, 1 otherwise (systemd runs it as ExecStartPre and before a reload)."
+        ),
+    )
+    p.add_argument("file", type=Path, metavar="FILE", help="TOML configuration file")
+
+
+def _add_record(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "record",
+        help="record the configured sources' raw samples (replayable by analyze)",
+        description=(
+            "Write the raw samples of the sources configured in FILE into --out: "
+            "counters_<source>.csv, gpu.csv and nccl.log, in the formats analyze reads. "
+            "Stops after --duration or on Ctrl-C."
+        ),
+    )
+    p.add_argument("--config", type=Path, required=True, metavar="FILE", help="TOML configuration")
+    p.add_argument("--out", type=Path, required=True, metavar="DIR", help="output directory")
+    p.add_argument(
+        "--duration", type=_positive_float, required=True, metavar="S", help="seconds to record"
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The full argument parser (exposed for tests and docs)."""
     parser = argparse.ArgumentParser(
@@ -348,8 +395,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     _add_demo(sub)
+    _add_run(sub)
+    _add_validate(sub)
     _add_analyze(sub)
     _add_simulate(sub)
+    _add_record(sub)
     return parser
 
 
@@ -439,13 +489,63 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     )
 
 
+def _cmd_run(args: argparse.Namespace) -> int:
+    from agent.daemon import run_daemon
+
+    return run_daemon(args.config)
+
+
+def _cmd_validate(args: argparse.Namespace) -> int:
+    from agent.config import load_config
+
+    config = load_config(args.file)
+    sources = [
+        name
+        for name in ("nic_counters", "rdma_counters", "nccl_log", "gpu_csv")
+        if getattr(config.sources, name).enabled
+    ]
+    prom = config.exporters.prometheus
+    exporters = []
+    if prom.enabled:
+        scheme = "https" if prom.tls_cert_file else "http"
+        exporters.append(f"prometheus {scheme}://{prom.listen_address}:{prom.port}/metrics")
+    if config.exporters.mqtt.enabled:
+        m = config.exporters.mqtt
+        exporters.append(f"mqtt {m.host}:{m.port} ({m.topic_prefix}/<host>/estimate)")
+    print(
+        f"{args.file}: valid; sources: {', '.join(sources)}; "
+        f"exporters: {', '.join(exporters) or 'none'}"
+    )
+    return 0
+
+
+def _cmd_record(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from agent.config import load_config
+    from agent.record import record
+
+    config = load_config(args.config)
+    rows = asyncio.run(record(config, args.out, args.duration))
+    summary = ", ".join(f"{name}: {n} rows" for name, n in sorted(rows.items())) or "nothing"
+    print(f"recorded into {args.out}: {summary}")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``commpulse`` console script."""
     parser = build_parser()
     args = parser.parse_args(argv)
     level = logging.WARNING - 10 * min(args.verbose, 2)
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    commands = {"simulate": _cmd_simulate, "analyze": _cmd_analyze, "demo": _cmd_demo}
+    commands = {
+        "simulate": _cmd_simulate,
+        "analyze": _cmd_analyze,
+        "demo": _cmd_demo,
+        "run": _cmd_run,
+        "validate": _cmd_validate,
+        "record": _cmd_record,
+    }
     try:
         return commands[args.command](args)
     except CommpulseError as exc:

@@ -77,7 +77,8 @@ async def _demo(
         clock=clock,
         on_snapshot=show,
     )
-    server, bound = start_metrics_server(store, addr=listen, port=port)
+    server = start_metrics_server(store, addr=listen, port=port)
+    bound = server.port
     host = f"[{listen}]" if ":" in listen else listen
     period = truth.get("period_s")
     duty = truth.get("duty_cycle")
@@ -97,8 +98,7 @@ async def _demo(
     try:
         await pipeline.run()
     finally:
-        server.shutdown()
-        server.server_close()
+        server.close()
     if not quiet:
         print("commpulse demo: stopped", file=sys.stderr, flush=True)
     return 0

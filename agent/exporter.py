@@ -8,10 +8,9 @@ counters, no host label (Prometheus adds ``instance``).
 
 from __future__ import annotations
 
-import errno
+import ssl
 import time
 from collections.abc import Iterator
-from typing import Any
 
 from prometheus_client.core import (
     CounterMetricFamily,
@@ -22,13 +21,13 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from agent import __version__
-from agent.errors import ExportError
+from agent.http import MetricsServer
 from agent.pipeline import Snapshot, SnapshotStore
 from agent.regime import REGIMES
 from agent.windows import DeviceStatus
 from collectors.rdma_counters import HW_COUNTERS
 
-__all__ = ["SnapshotCollector", "start_metrics_server"]
+__all__ = ["SnapshotCollector", "metrics_registry", "start_metrics_server"]
 
 
 def _gauge(name: str, doc: str, value: float | None) -> GaugeMetricFamily | None:
@@ -254,22 +253,15 @@ def _device_families(devices: tuple[DeviceStatus, ...]) -> Iterator[Metric]:
     yield from (info, bw, speed, util, total, packets, errors, dropped, hw, stale)
 
 
-def start_metrics_server(store: SnapshotStore, *, addr: str, port: int) -> tuple[Any, int]:
-    """Serve ``/metrics`` on a daemon thread; returns (server, bound port).
-
-    Uses a registry of its own (no process/GC collectors of other libraries leak in).
-    """
-    from prometheus_client import start_http_server
-
+def metrics_registry(store: SnapshotStore) -> CollectorRegistry:
+    """A registry of its own with the snapshot collector (no other library's metrics leak in)."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(SnapshotCollector(store))
-    try:
-        server, _thread = start_http_server(port, addr=addr, registry=registry)
-    except OSError as exc:
-        if exc.errno == errno.EADDRINUSE:
-            raise ExportError(
-                f"port {port} on {addr} is already in use; pick another with --port "
-                "(0 picks a free one)"
-            ) from None
-        raise ExportError(f"cannot listen on {addr}:{port}: {exc.strerror or exc}") from None
-    return server, int(server.server_port)
+    return registry
+
+
+def start_metrics_server(
+    store: SnapshotStore, *, addr: str, port: int, ssl_context: ssl.SSLContext | None = None
+) -> MetricsServer:
+    """Serve ``/metrics`` for the store on a daemon thread."""
+    return MetricsServer(metrics_registry(store), address=addr, port=port, ssl_context=ssl_context)

@@ -17,6 +17,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -42,7 +43,15 @@ from collectors._base import (
     Source,
 )
 
-__all__ = ["Pipeline", "PipelineSettings", "Snapshot", "SnapshotStore", "SourceHealth"]
+__all__ = [
+    "Pipeline",
+    "PipelineSettings",
+    "Sink",
+    "SinkHealth",
+    "Snapshot",
+    "SnapshotStore",
+    "SourceHealth",
+]
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +70,34 @@ class SourceHealth:
     last_reading_s: float | None = None
 
 
+@dataclass
+class SinkHealth:
+    """What the exporter shows about a push sink."""
+
+    name: str
+    connected: bool = False
+    published: int = 0
+    dropped: int = 0
+    errors: int = 0
+    buffered: int = 0
+    last_error: str | None = None
+
+
+class Sink(Protocol):
+    """A push exporter run by the pipeline (e.g. MQTT)."""
+
+    name: str
+    health: SinkHealth
+
+    def offer(self, snapshot: Snapshot) -> None:
+        """Take a snapshot without blocking (drop and count when full)."""
+        ...
+
+    async def run(self) -> None:
+        """Deliver until cancelled."""
+        ...
+
+
 @dataclass(frozen=True)
 class Snapshot:
     """What sinks see: the latest estimate and the health of everything that made it."""
@@ -74,6 +111,7 @@ class Snapshot:
     locked: bool = False
     devices: tuple[DeviceStatus, ...] = ()
     network_source: str | None = None
+    sinks: tuple[SinkHealth, ...] = ()
 
 
 class SnapshotStore:
@@ -137,31 +175,96 @@ class Pipeline:
         settings: PipelineSettings | None = None,
         clock: Clock | None = None,
         on_snapshot: Callable[[Snapshot], None] | None = None,
+        sinks: Sequence[Sink] = (),
     ) -> None:
-        self._sources = list(sources)
+        self._sources = {s.name: s for s in sources}
+        self._sinks = {k.name: k for k in sinks}
         self._store = store
         self._cfg = settings or PipelineSettings()
         self._clock: Clock = clock or MonotonicClock()
         self._on_snapshot = on_snapshot
-        cfg = self._cfg
-        self._state = _State(
-            counter_capacity=window_capacity(cfg.window_s, cfg.counter_rate_hz),
-            gpu=GpuWindow(window_capacity(cfg.window_s, cfg.gpu_rate_hz * 8)),
-            calls=CollectiveWindow(window_capacity(cfg.window_s, cfg.calls_per_s)),
-            health={s.name: SourceHealth(s.name) for s in self._sources},
-        )
-        self._queue: asyncio.Queue[tuple[str, Reading]] = asyncio.Queue(cfg.queue_size)
+        self._state = self._new_state(self._cfg)
+        self._state.health = {name: SourceHealth(name) for name in self._sources}
+        self._queue: asyncio.Queue[tuple[str, Reading]] = asyncio.Queue(self._cfg.queue_size)
         self._tracker = PeriodTracker()
         self._stop = asyncio.Event()
         self._estimates = 0
         self.estimator_errors = 0
+        self._tg: asyncio.TaskGroup | None = None
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+
+    @staticmethod
+    def _new_state(cfg: PipelineSettings) -> _State:
+        return _State(
+            counter_capacity=window_capacity(cfg.window_s, cfg.counter_rate_hz),
+            gpu=GpuWindow(window_capacity(cfg.window_s, cfg.gpu_rate_hz * 8)),
+            calls=CollectiveWindow(window_capacity(cfg.window_s, cfg.calls_per_s)),
+        )
+
+    @property
+    def settings(self) -> PipelineSettings:
+        """The settings in force."""
+        return self._cfg
+
+    def _spawn(self, key: str, coro: Any) -> None:
+        assert self._tg is not None
+        old = self._tasks.pop(key, None)
+        if old is not None:
+            old.cancel()
+        self._tasks[key] = self._tg.create_task(coro, name=key)
+
+    def _cancel(self, key: str) -> None:
+        task = self._tasks.pop(key, None)
+        if task is not None:
+            task.cancel()
+
+    def replace_source(self, source: Source) -> None:
+        """Start ``source``, replacing a running source of the same name (its window stays)."""
+        self._sources[source.name] = source
+        health = self._state.health.setdefault(source.name, SourceHealth(source.name))
+        health.up = False
+        if self._tg is not None:
+            self._spawn(f"source[{source.name}]", self._run_source(source))
+
+    def remove_source(self, name: str) -> None:
+        """Stop a source and forget its health and window."""
+        self._sources.pop(name, None)
+        self._cancel(f"source[{name}]")
+        self._state.health.pop(name, None)
+        self._state.counters.pop(name, None)
+
+    def replace_sink(self, sink: Sink) -> None:
+        """Start ``sink``, replacing a running sink of the same name."""
+        self._sinks[sink.name] = sink
+        if self._tg is not None:
+            self._spawn(f"sink[{sink.name}]", self._run_sink(sink))
+
+    def remove_sink(self, name: str) -> None:
+        """Stop a sink."""
+        self._sinks.pop(name, None)
+        self._cancel(f"sink[{name}]")
+
+    def apply_settings(self, settings: PipelineSettings) -> bool:
+        """Change the settings; True when the windows had to start over (new sizes)."""
+        old, self._cfg = self._cfg, settings
+        if settings == old:
+            return False
+        if self._tg is not None and settings.hop_s != old.hop_s:
+            self._spawn("estimator", self._estimate_loop())
+        sizes = ("window_s", "counter_rate_hz", "gpu_rate_hz", "calls_per_s")
+        if any(getattr(old, k) != getattr(settings, k) for k in sizes):
+            health = self._state.health
+            self._state = self._new_state(settings)
+            self._state.health = health
+            return True
+        return False
 
     def stop(self) -> None:
         """Ask :meth:`run` to return (safe to call from a signal handler)."""
         self._stop.set()
 
     def _emitter(self, name: str) -> Callable[[Reading], None]:
-        health = self._state.health[name]
+        health = self._state.health.setdefault(name, SourceHealth(name))
 
         def emit(reading: Reading) -> None:
             try:
@@ -176,7 +279,7 @@ class Pipeline:
         return emit
 
     async def _run_source(self, source: Source) -> None:
-        health = self._state.health[source.name]
+        health = self._state.health.setdefault(source.name, SourceHealth(source.name))
         delay = self._cfg.backoff_initial_s
         emit = self._emitter(source.name)
         while True:
@@ -211,10 +314,20 @@ class Pipeline:
             await asyncio.sleep(delay * random.uniform(0.8, 1.2))
             delay = min(delay * 2.0, self._cfg.backoff_max_s)
 
+    async def _run_sink(self, sink: Sink) -> None:
+        try:
+            await sink.run()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a broken sink must not stop the agent
+            sink.health.errors += 1
+            sink.health.last_error = f"{type(exc).__name__}: {exc}"
+            log.exception("sink %s failed; it stays stopped until a reload", sink.name)
+
     async def _consume(self) -> None:
-        st = self._state
         while True:
             source, reading = await self._queue.get()
+            st = self._state  # re-read: a reload may have replaced the windows
             if isinstance(reading, CounterReading):
                 st.counter_window(source).add(reading)
                 st.devices.add_reading(source, reading)
@@ -311,8 +424,11 @@ class Pipeline:
             locked=locked,
             devices=tuple(self._state.devices.hop()),
             network_source=source,
+            sinks=tuple(replace(k.health) for k in self._sinks.values()),
         )
         self._store.publish(snap)
+        for sink in self._sinks.values():
+            sink.offer(snap)
         if self._on_snapshot is not None:
             try:
                 self._on_snapshot(snap)
@@ -322,14 +438,19 @@ class Pipeline:
     async def run(self) -> None:
         """Run until :meth:`stop`; cancels every task on the way out."""
         async with asyncio.TaskGroup() as tg:
-            tasks = [
-                tg.create_task(self._run_source(s), name=f"source[{s.name}]") for s in self._sources
-            ]
-            tasks.append(tg.create_task(self._consume(), name="windows"))
-            tasks.append(tg.create_task(self._estimate_loop(), name="estimator"))
+            self._tg = tg
+            for source in self._sources.values():
+                self._spawn(f"source[{source.name}]", self._run_source(source))
+            for sink in self._sinks.values():
+                self._spawn(f"sink[{sink.name}]", self._run_sink(sink))
+            self._spawn("windows", self._consume())
+            self._spawn("estimator", self._estimate_loop())
             await self._stop.wait()
+            tasks = list(self._tasks.values())
             for task in tasks:
                 task.cancel()
             for task in tasks:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
+        self._tg = None
+        self._tasks.clear()

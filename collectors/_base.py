@@ -16,6 +16,7 @@ __all__ = [
     "DeviceInfo",
     "Emit",
     "GpuReading",
+    "LogLine",
     "Reading",
     "Source",
 ]
@@ -79,7 +80,16 @@ class CollectiveCall:
     extra: Mapping[str, object] = field(default_factory=dict)
 
 
-Reading = CounterReading | GpuReading | CollectiveCall | DeviceInfo
+@dataclass(frozen=True, slots=True)
+class LogLine:
+    """A raw log line, for ``commpulse record`` (which copies logs rather than parsing them)."""
+
+    time_s: float
+    path: str
+    text: str
+
+
+Reading = CounterReading | GpuReading | CollectiveCall | DeviceInfo | LogLine
 Emit = Callable[[Reading], None]
 
 

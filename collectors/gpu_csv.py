@@ -17,6 +17,7 @@ All signals come out as fractions in 0..1.
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -25,10 +26,25 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
-from agent.errors import InputFormatError
+from agent.clock import Clock
+from agent.errors import ConfigError, InputFormatError, SourceUnavailable
+from collectors._base import Emit, GpuReading, Reading
+from collectors._config import check_interval, doc
+from collectors._sampler import Sampler
 from collectors._text import read_text_file
+from collectors.nccl_tail import Tailer
 
-__all__ = ["KNOWN_SIGNALS", "GpuTable", "parse_gpu_csv", "read_gpu_csv"]
+__all__ = [
+    "KNOWN_SIGNALS",
+    "GpuCsvConfig",
+    "GpuCsvParser",
+    "GpuCsvSource",
+    "GpuTable",
+    "parse_gpu_csv",
+    "read_gpu_csv",
+]
+
+log = logging.getLogger(__name__)
 
 #: Signal name → whether the CSV gives it in percent (converted to a fraction).
 KNOWN_SIGNALS: dict[str, bool] = {
@@ -85,73 +101,111 @@ def _field_name(raw: str) -> str:
     return raw.split("[", 1)[0].strip().lower()
 
 
-def parse_gpu_csv(lines: Iterable[str], *, path: Path | str = "<gpu>") -> GpuTable:
-    """Parse GPU CSV text (no I/O); :class:`InputFormatError` names the line on bad input."""
-    rows: list[tuple[int, list[str]]] = []
-    for lineno, raw in enumerate(lines, start=1):
-        text = raw.strip()
-        if text and not text.startswith("#"):
-            rows.append((lineno, [c.strip() for c in text.split(",")]))
-    if not rows:
-        raise InputFormatError(path, "empty file: expected a GPU CSV")
-    first_line, first = rows[0]
-    fields = [_field_name(c) for c in first]
+@dataclass(frozen=True)
+class _Layout:
+    mode: str  # "named" | "smi"
+    width: int
+    t_col: int
+    g_col: int
+    signals: dict[int, str]
+
+
+def _layout(cells: list[str], path: Path | str, lineno: int) -> tuple[_Layout, bool]:
+    """The column layout from the first row; True when that row was a header."""
+    fields = [_field_name(c) for c in cells]
     if fields[:2] == ["time", "gpu"]:
-        mode = "named"
-        body = rows[1:]
-    elif "timestamp" in fields and "index" in fields:
-        mode = "smi"
-        body = rows[1:]
-    else:
+        signals = {i: f for i, f in enumerate(fields) if i >= 2}
+        unknown = [f for f in signals.values() if f not in KNOWN_SIGNALS]
+        if unknown:
+            raise InputFormatError(
+                path,
+                f"unknown GPU signal column(s) {unknown}; known: {sorted(KNOWN_SIGNALS)}",
+                line=lineno,
+            )
+        return _Layout("named", len(fields), 0, 1, signals), True
+    header = "timestamp" in fields and "index" in fields
+    if not header:
         try:
-            _smi_time(first[0])
+            _smi_time(cells[0])
         except ValueError:
             raise InputFormatError(
                 path,
                 "unrecognised GPU CSV header: expected 'time,gpu,<signal>...' or nvidia-smi "
                 "'timestamp, index, utilization.gpu'",
-                line=first_line,
+                line=lineno,
             ) from None
-        mode, fields, body = "smi", list(_SMI_DEFAULT), rows  # noheader: query order
-    if mode == "named":
-        signal_cols = {i: f for i, f in enumerate(fields) if i >= 2}
-        unknown = [f for f in signal_cols.values() if f not in KNOWN_SIGNALS]
-        if unknown:
+        fields = list(_SMI_DEFAULT)  # noheader: the query order
+    signals = {i: _SMI_FIELDS[f] for i, f in enumerate(fields) if f in _SMI_FIELDS}
+    if not signals:
+        raise InputFormatError(path, "no utilization.gpu column in the nvidia-smi CSV", line=lineno)
+    layout = _Layout("smi", len(fields), fields.index("timestamp"), fields.index("index"), signals)
+    return layout, header
+
+
+class GpuCsvParser:
+    """Incremental parser: feed lines one by one (files being written, or whole files)."""
+
+    def __init__(self, path: Path | str = "<gpu>") -> None:
+        self._path = path
+        self._layout: _Layout | None = None
+        self._lineno = 0
+
+    @property
+    def signals(self) -> tuple[str, ...]:
+        """Signal names of this file (known after the first row)."""
+        return tuple(self._layout.signals.values()) if self._layout else ()
+
+    def feed(self, raw: str) -> tuple[float, int, dict[str, float]] | None:
+        """(time, gpu, signals) for a data row; None for headers, comments and blank lines."""
+        self._lineno += 1
+        text = raw.strip()
+        if not text or text.startswith("#"):
+            return None
+        cells = [c.strip() for c in text.split(",")]
+        if self._layout is None:
+            self._layout, was_header = _layout(cells, self._path, self._lineno)
+            if was_header:
+                return None
+        lay = self._layout
+        if len(cells) != lay.width:
             raise InputFormatError(
-                path,
-                f"unknown GPU signal column(s) {unknown}; known: {sorted(KNOWN_SIGNALS)}",
-                line=first_line,
-            )
-        t_col, g_col = 0, 1
-    else:
-        t_col, g_col = fields.index("timestamp"), fields.index("index")
-        signal_cols = {i: _SMI_FIELDS[f] for i, f in enumerate(fields) if f in _SMI_FIELDS}
-        if not signal_cols:
-            raise InputFormatError(
-                path, "no utilization.gpu column in the nvidia-smi CSV", line=first_line
-            )
-    times: list[float] = []
-    gpus: list[int] = []
-    values: dict[str, list[float]] = {name: [] for name in signal_cols.values()}
-    for lineno, cells in body:
-        if len(cells) != len(fields):
-            raise InputFormatError(
-                path, f"expected {len(fields)} fields, found {len(cells)}", line=lineno
+                self._path, f"expected {lay.width} fields, found {len(cells)}", line=self._lineno
             )
         try:
-            t = float(cells[t_col]) if mode == "named" else _smi_time(cells[t_col])
-            g = int(cells[g_col])
-            parsed = {
-                name: _value(cells[i], KNOWN_SIGNALS[name]) for i, name in signal_cols.items()
+            t = float(cells[lay.t_col]) if lay.mode == "named" else _smi_time(cells[lay.t_col])
+            g = int(cells[lay.g_col])
+            values = {
+                name: _value(cells[i], KNOWN_SIGNALS[name]) for i, name in lay.signals.items()
             }
         except ValueError as exc:
-            raise InputFormatError(path, str(exc), line=lineno) from None
+            raise InputFormatError(self._path, str(exc), line=self._lineno) from None
         if not math.isfinite(t) or g < 0:
-            raise InputFormatError(path, "time must be finite and gpu index >= 0", line=lineno)
+            raise InputFormatError(
+                self._path, "time must be finite and gpu index >= 0", line=self._lineno
+            )
+        return t, g, values
+
+
+def parse_gpu_csv(lines: Iterable[str], *, path: Path | str = "<gpu>") -> GpuTable:
+    """Parse GPU CSV text (no I/O); :class:`InputFormatError` names the line on bad input."""
+    parser = GpuCsvParser(path)
+    times: list[float] = []
+    gpus: list[int] = []
+    values: dict[str, list[float]] = {}
+    seen_any = False
+    for raw in lines:
+        if raw.strip():
+            seen_any = True
+        row = parser.feed(raw)
+        if row is None:
+            continue
+        t, g, signals = row
         times.append(t)
         gpus.append(g)
-        for name, v in parsed.items():
-            values[name].append(v)
+        for name, v in signals.items():
+            values.setdefault(name, []).append(v)
+    if not seen_any:
+        raise InputFormatError(path, "empty file: expected a GPU CSV")
     if not times:
         raise InputFormatError(path, "no data rows")
     return GpuTable(
@@ -166,3 +220,117 @@ def read_gpu_csv(path: Path) -> GpuTable:
     return read_text_file(
         path, lambda lines: parse_gpu_csv(lines, path=path), what="a GPU CSV file"
     )
+
+
+@dataclass(frozen=True)
+class GpuCsvConfig:
+    """Settings of the GPU CSV source (section ``[sources.gpu_csv]``)."""
+
+    enabled: bool = doc(False, "Read GPU activity from a CSV file.")
+    path: Path | None = doc(
+        None, "The CSV: nvidia-smi --query-gpu=... --format=csv -lms N -f FILE, or time,gpu,..."
+    )
+    mode: str = doc(
+        "follow", "follow: tail a file being written; replay: play a recording at its pace."
+    )
+    loop: bool = doc(True, "replay: start over at the end of the file.")
+    poll_interval_s: float = doc(0.1, "Seconds between looks at the file.")
+
+    def __post_init__(self) -> None:
+        if self.mode not in ("follow", "replay"):
+            raise ConfigError("sources.gpu_csv.mode must be follow or replay")
+        check_interval("sources.gpu_csv", "poll_interval_s", self.poll_interval_s, 0.01, 60.0)
+        if self.enabled and self.path is None:
+            raise ConfigError("sources.gpu_csv.path: give the CSV file to read")
+
+
+class GpuCsvSource:
+    """GPU samples from a CSV: followed as it grows, or a recording replayed in real time.
+
+    CSV times (nvidia-smi's local wall clock, or any origin) are mapped onto the agent's
+    monotonic clock: in follow mode with the smallest arrival-minus-sample lag seen (a row
+    cannot arrive before it was sampled), in replay mode from the start of the replay.
+    """
+
+    name = "gpu_csv"
+
+    def __init__(
+        self, config: GpuCsvConfig, *, clock: Clock, sampler: Sampler | None = None
+    ) -> None:
+        assert config.path is not None
+        self._cfg = config
+        self._path: Path = config.path
+        self._clock = clock
+        self._sampler = sampler or Sampler(clock)
+
+    async def run(self, emit: Emit) -> None:
+        """Follow or replay until cancelled (a replay without ``loop`` ends at the file end)."""
+        if self._cfg.mode == "replay":
+            await self._replay(emit)
+        else:
+            await self._follow(emit)
+
+    async def _replay(self, emit: Emit) -> None:
+        table = read_gpu_csv(self._path)
+        order = np.argsort(table.times, kind="stable")
+        times = table.times[order] - float(table.times[order][0])
+        span = float(times[-1]) + float(np.median(np.diff(times))) if times.size > 1 else 1.0
+        names = list(table.signals)
+        index, lap, start = 0, 0, self._clock.now()
+
+        def sweep() -> list[Reading]:
+            nonlocal index, lap
+            now = self._clock.now()
+            out: list[Reading] = []
+            while True:
+                due = start + lap * span + float(times[index])
+                if due > now:
+                    return out
+                j = int(order[index])
+                signals = {n: float(table.signals[n][j]) for n in names}
+                out.append(GpuReading(due, int(table.gpu[j]), signals))
+                index += 1
+                if index == times.size:
+                    if not self._cfg.loop:
+                        raise _ReplayDone
+                    index = 0
+                    lap += 1
+
+        try:
+            await self._sampler.run(self.name, self._cfg.poll_interval_s, sweep, emit)
+        except _ReplayDone:
+            return
+
+    async def _follow(self, emit: Emit) -> None:
+        tailer = Tailer((str(self._path),), read_from="beginning", max_line_bytes=65536)
+        if not tailer.stats.files:
+            tailer.close()
+            raise SourceUnavailable(self.name, f"{self._path} does not exist (yet)")
+        parser = GpuCsvParser(self._path)
+        lag: list[float] = []
+
+        def sweep() -> list[Reading]:
+            arrival = self._clock.now()
+            out: list[Reading] = []
+            for _, line in tailer.poll():
+                try:
+                    row = parser.feed(line)
+                except InputFormatError as exc:
+                    log.warning("%s", exc)  # one bad row is skipped, the source goes on
+                    continue
+                if row is None:
+                    continue
+                t, gpu, signals = row
+                offset = arrival - t
+                if not lag or offset < lag[0]:
+                    lag[:] = [offset]
+                out.append(GpuReading(t + lag[0], gpu, signals))
+            return out
+
+        await self._sampler.run(
+            self.name, self._cfg.poll_interval_s, sweep, emit, close=tailer.close
+        )
+
+
+class _ReplayDone(Exception):
+    """A replay without ``loop`` reached the end of its file."""

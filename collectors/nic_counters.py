@@ -34,7 +34,7 @@ from typing import Protocol
 from agent.clock import Clock
 from agent.errors import ConfigError, SourceError, SourceUnavailable
 from collectors._base import CounterReading, DeviceInfo, Emit, Reading
-from collectors._config import check_interval, check_regex
+from collectors._config import check_interval, check_regex, doc
 from collectors._sampler import Sampler
 
 __all__ = [
@@ -86,12 +86,13 @@ _STATS64_HEAD = struct.Struct("=8Q")
 class NicConfig:
     """Settings of the NIC counter source (section ``[sources.nic_counters]``)."""
 
-    sysfs_root: Path = Path("/sys")
-    method: str = "auto"
-    include: str | None = None
-    exclude: str = DEFAULT_EXCLUDE
-    poll_interval_s: float = 0.01
-    rescan_interval_s: float = 5.0
+    enabled: bool = doc(True, "Read network-interface counters.")
+    sysfs_root: Path = doc(Path("/sys"), "Root of sysfs (a fixture tree in tests).")
+    method: str = doc("auto", "auto, netlink (RTM_GETSTATS) or sysfs (kept-open pread).")
+    include: str | None = doc(None, "Regex of interfaces to read; a match wins over exclusions.")
+    exclude: str = doc(DEFAULT_EXCLUDE, "Regex of interfaces to skip (loopback, bridges too).")
+    poll_interval_s: float = doc(0.01, "Seconds between polls (0.01 = 100 Hz; 0.001 at most).")
+    rescan_interval_s: float = doc(5.0, "Seconds between looks for new or vanished interfaces.")
 
     def __post_init__(self) -> None:
         if self.method not in ("auto", "netlink", "sysfs"):

@@ -31,7 +31,7 @@ from pathlib import Path
 from agent.clock import Clock
 from agent.errors import SourceUnavailable
 from collectors._base import CounterReading, DeviceInfo, Emit, Reading
-from collectors._config import check_interval, check_regex
+from collectors._config import check_interval, check_regex, doc
 from collectors._sampler import Sampler
 
 __all__ = [
@@ -87,13 +87,16 @@ _UNIT = {"": 1.0, "M": 1e6, "G": 1e9, "T": 1e12}
 class RdmaConfig:
     """Settings of the RDMA counter source (section ``[sources.rdma_counters]``)."""
 
-    sysfs_root: Path = Path("/sys")
-    include: str | None = None
-    exclude: str | None = None
-    poll_interval_s: float = 0.01
-    hw_counters: bool = True
-    hw_counters_interval_s: float = 1.0
-    rescan_interval_s: float = 10.0
+    enabled: bool = doc(True, "Read InfiniBand / RoCE port counters (no data if none exist).")
+    sysfs_root: Path = doc(Path("/sys"), "Root of sysfs (a fixture tree in tests).")
+    include: str | None = doc(None, "Regex of devices or dev:port names to read.")
+    exclude: str | None = doc(None, "Regex of devices or dev:port names to skip.")
+    poll_interval_s: float = doc(0.01, "Seconds between polls of the data counters.")
+    hw_counters: bool = doc(True, "Export the RoCE congestion counters of hw_counters/.")
+    hw_counters_interval_s: float = doc(
+        1.0, "Seconds between reads of packets and hw_counters (never below lifespan)."
+    )
+    rescan_interval_s: float = doc(10.0, "Seconds between looks for new or vanished ports.")
 
     def __post_init__(self) -> None:
         section = "rdma_counters"

@@ -1,0 +1,114 @@
+"""The /metrics HTTP(S) server.
+
+prometheus-client's own ``start_http_server`` wraps the *listening* socket in TLS, so the
+handshake runs inside its single accept loop: one client that connects and never sends a
+ClientHello blocks every scrape (research/environment.md §3, measured). Here the listening
+socket stays plain and each accepted connection is wrapped, with a handshake timeout, in the
+thread that serves it — an idle or slow client delays only itself.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import socket
+import socketserver
+import ssl
+import threading
+from pathlib import Path
+from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
+
+from prometheus_client import make_wsgi_app
+from prometheus_client.registry import CollectorRegistry
+
+from agent.errors import ExportError
+
+__all__ = ["MetricsServer", "tls_context"]
+
+log = logging.getLogger(__name__)
+
+#: Seconds a client has to finish the TLS handshake (and each read) before it is dropped.
+HANDSHAKE_TIMEOUT_S = 5.0
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        """Scrapes are not worth a log line each."""
+
+
+class _Server(socketserver.ThreadingMixIn, WSGIServer):
+    daemon_threads = True
+    allow_reuse_address = True
+    ssl_context: ssl.SSLContext | None = None
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        """Do the TLS handshake here, in the connection's own thread, with a timeout."""
+        if self.ssl_context is not None:
+            request.settimeout(HANDSHAKE_TIMEOUT_S)
+            try:
+                request = self.ssl_context.wrap_socket(request, server_side=True)
+            except (ssl.SSLError, OSError) as exc:
+                log.debug("TLS handshake with %s failed: %s", client_address, exc)
+                self.shutdown_request(request)
+                return
+        super().process_request_thread(request, client_address)
+
+
+class _Server6(_Server):
+    address_family = socket.AF_INET6
+
+
+def tls_context(
+    cert: Path, key: Path, *, client_ca: Path | None = None, require_client: bool = False
+) -> ssl.SSLContext:
+    """A server context: TLS 1.2+, optional client-certificate verification."""
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    try:
+        ctx.load_cert_chain(certfile=str(cert), keyfile=str(key))
+        if client_ca is not None:
+            ctx.load_verify_locations(cafile=str(client_ca))
+            ctx.verify_mode = ssl.CERT_REQUIRED if require_client else ssl.CERT_OPTIONAL
+    except (OSError, ssl.SSLError) as exc:
+        raise ExportError(f"cannot load TLS certificate or key: {exc}") from None
+    return ctx
+
+
+class MetricsServer:
+    """Serves a registry on ``/metrics`` from a daemon thread."""
+
+    def __init__(
+        self,
+        registry: CollectorRegistry,
+        *,
+        address: str,
+        port: int,
+        ssl_context: ssl.SSLContext | None = None,
+    ) -> None:
+        app = make_wsgi_app(registry)
+        cls = _Server6 if ":" in address else _Server
+        try:
+            self._server = cls((address, port), _QuietHandler)
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                raise ExportError(
+                    f"port {port} on {address} is already in use (another commpulse, or "
+                    "another exporter); pick another port"
+                ) from None
+            raise ExportError(f"cannot listen on {address}:{port}: {exc.strerror or exc}") from None
+        self._server.set_app(app)
+        self._server.ssl_context = ssl_context
+        self.port = int(self._server.server_address[1])
+        self.address = address
+        self.tls = ssl_context is not None
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, name="metrics-http", daemon=True
+        )
+        self._thread.start()
+
+    def close(self) -> None:
+        """Stop serving and release the port."""
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=5)

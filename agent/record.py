@@ -1,0 +1,137 @@
+"""``commpulse record``: raw samples of the configured sources, in the contract formats.
+
+A user can record a job on the host where it runs and send the files to whoever analyzes it
+(``commpulse analyze`` reads them back):
+
+* ``counters_<source>.csv`` — ``time,<device>_tx_bytes,<device>_rx_bytes,...``: one file per
+  counter source, because NIC and RDMA counters see different traffic and must not be summed
+  (give ``analyze`` the RDMA file on an IB/RoCE host). Columns are fixed by the first poll; an
+  empty cell is a poll where that device could not be read.
+* ``gpu.csv`` — ``time,gpu,<signal>...``;
+* ``nccl.log`` — the NCCL lines as written, from every tailed file.
+
+Times are wall-clock seconds (POSIX), so the files line up with NCCL's own timestamps.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import time
+from pathlib import Path
+from typing import IO
+
+from agent.clock import MonotonicClock
+from agent.config import Config
+from agent.daemon import build_sources
+from agent.errors import ConfigError, SourceError
+from collectors._base import CounterReading, GpuReading, LogLine, Reading, Source
+from collectors._sampler import Sampler
+
+__all__ = ["Recorder", "record"]
+
+log = logging.getLogger(__name__)
+
+
+class Recorder:
+    """Writes readings to the contract files as they arrive."""
+
+    def __init__(self, out: Path, *, wall_offset: float) -> None:
+        self._out = out
+        self._offset = wall_offset  # wall = monotonic + offset
+        self._files: dict[str, IO[str]] = {}
+        self._columns: dict[str, list[str]] = {}
+        self._gpu_signals: tuple[str, ...] | None = None
+        self._warned: set[str] = set()
+        self.rows: dict[str, int] = {}
+
+    def _open(self, name: str) -> IO[str]:
+        fh = self._files.get(name)
+        if fh is None:
+            fh = self._files[name] = (self._out / name).open("w", encoding="utf-8")
+        return fh
+
+    def _warn_once(self, key: str, message: str) -> None:
+        if key not in self._warned:
+            self._warned.add(key)
+            log.warning("%s", message)
+
+    def add(self, source: str, reading: Reading) -> None:
+        """Write one reading."""
+        if isinstance(reading, CounterReading | GpuReading):
+            t = f"{reading.time_s + self._offset:.6f}"
+        if isinstance(reading, CounterReading):
+            name = f"counters_{source}.csv"
+            fh = self._open(name)
+            columns = self._columns.get(name)
+            if columns is None:
+                columns = self._columns[name] = sorted(reading.values)
+                fh.write("time," + ",".join(columns) + "\n")
+            extra = set(reading.values) - set(columns)
+            if extra:
+                self._warn_once(name, f"{name}: devices appeared after the start, not recorded: "
+                                f"{sorted(extra)}")  # fmt: skip
+            cells = [str(reading.values[c]) if c in reading.values else "" for c in columns]
+            fh.write(t + "," + ",".join(cells) + "\n")
+        elif isinstance(reading, GpuReading):
+            name = "gpu.csv"
+            fh = self._open(name)
+            if self._gpu_signals is None:
+                self._gpu_signals = tuple(sorted(reading.signals))
+                fh.write("time,gpu," + ",".join(self._gpu_signals) + "\n")
+            values = []
+            for s in self._gpu_signals:
+                v = reading.signals.get(s)
+                # The named GPU CSV keeps util in percent, like nvidia-smi.
+                values.append("" if v is None else f"{v * 100:.1f}" if s == "util" else f"{v:.4f}")
+            fh.write(f"{t},{reading.gpu}," + ",".join(values) + "\n")
+        elif isinstance(reading, LogLine):
+            name = "nccl.log"
+            self._open(name).write(reading.text + "\n")
+        else:
+            return
+        self.rows[name] = self.rows.get(name, 0) + 1
+
+    def close(self) -> None:
+        """Flush and close every file."""
+        for fh in self._files.values():
+            fh.close()
+        self._files.clear()
+
+
+async def _run_source(source: Source, recorder: Recorder) -> None:
+    try:
+        await source.run(lambda r: recorder.add(source.name, r))
+    except SourceError as exc:
+        log.warning("source %s: %s (not recorded)", source.name, exc)
+
+
+async def record(config: Config, out: Path, duration_s: float) -> dict[str, int]:
+    """Record the configured sources into ``out`` for ``duration_s`` (or until SIGINT)."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"cannot create output directory {out}: {exc.strerror}") from None
+    clock = MonotonicClock()
+    sources = build_sources(config, clock=clock, sampler=Sampler(clock), raw_lines=True)
+    recorder = Recorder(out, wall_offset=time.time() - clock.now())
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(sig, stop.set)
+    try:
+        async with asyncio.TaskGroup() as tg:
+            tasks = [tg.create_task(_run_source(s, recorder), name=s.name) for s in sources]
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), duration_s)
+            for task in tasks:
+                task.cancel()
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.remove_signal_handler(sig)
+        recorder.close()
+    return dict(recorder.rows)

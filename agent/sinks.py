@@ -1,0 +1,158 @@
+"""Push sinks: the MQTT stream of estimates.
+
+A sink is offered every snapshot (non-blocking, from the estimator loop) and delivers from
+its own task. The MQTT sink publishes one JSON estimate per hop to
+``<prefix>/<host>/estimate`` (retained), keeps ``<prefix>/<host>/status`` at ``online`` while
+connected with an ``offline`` last will, reconnects with capped, jittered exponential backoff,
+and keeps a bounded buffer while the broker is away (oldest dropped first, and counted).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import json
+import logging
+import random
+import ssl
+from typing import Any
+
+import aiomqtt
+
+from agent import __version__
+from agent.config import MqttSection
+from agent.errors import ExportError
+from agent.pipeline import SinkHealth, Snapshot
+
+__all__ = ["MqttSink", "estimate_message"]
+
+log = logging.getLogger(__name__)
+
+
+def estimate_message(snapshot: Snapshot, host: str) -> bytes:
+    """The JSON document published per hop: the analyze --json keys plus context."""
+    assert snapshot.estimate is not None
+    body: dict[str, Any] = snapshot.estimate.to_json()
+    body.update(
+        host=host,
+        time=snapshot.wall_time_s,
+        locked=snapshot.locked,
+        network_source=snapshot.network_source,
+        agent_version=__version__,
+    )
+    return json.dumps(body, separators=(",", ":"), allow_nan=False).encode()
+
+
+def _tls(cfg: MqttSection) -> ssl.SSLContext | None:
+    if cfg.tls_ca_file is None and cfg.tls_cert_file is None:
+        return None
+    try:
+        ctx = ssl.create_default_context(
+            cafile=str(cfg.tls_ca_file) if cfg.tls_ca_file is not None else None
+        )
+        if cfg.tls_cert_file is not None and cfg.tls_key_file is not None:
+            ctx.load_cert_chain(str(cfg.tls_cert_file), str(cfg.tls_key_file))
+    except (OSError, ssl.SSLError) as exc:
+        raise ExportError(f"exporters.mqtt: cannot load TLS files: {exc}") from None
+    return ctx
+
+
+def _password(cfg: MqttSection) -> str | None:
+    if cfg.password_file is None:
+        return None
+    try:
+        return cfg.password_file.read_text(encoding="utf-8").strip()
+    except OSError as exc:
+        raise ExportError(f"exporters.mqtt.password_file: {exc.strerror or exc}") from None
+
+
+class MqttSink:
+    """Publishes estimates to an MQTT v5 broker (aiomqtt)."""
+
+    name = "mqtt"
+
+    def __init__(self, cfg: MqttSection, *, host: str) -> None:
+        self._cfg = cfg
+        self._host = host
+        base = f"{cfg.topic_prefix}/{host}"
+        self.estimate_topic = f"{base}/estimate"
+        self.status_topic = f"{base}/status"
+        self._buffer: collections.deque[bytes] = collections.deque(maxlen=cfg.buffer_size)
+        self._wake = asyncio.Event()
+        self._tls = _tls(cfg)
+        self._password = _password(cfg)
+        self.health = SinkHealth(self.name)
+
+    def offer(self, snapshot: Snapshot) -> None:
+        """Queue the snapshot's estimate; the oldest queued one goes when the buffer is full."""
+        if snapshot.estimate is None:
+            return
+        if len(self._buffer) == self._buffer.maxlen:
+            self.health.dropped += 1
+        self._buffer.append(estimate_message(snapshot, self._host))
+        self.health.buffered = len(self._buffer)
+        self._wake.set()
+
+    def _client(self) -> aiomqtt.Client:
+        return aiomqtt.Client(
+            hostname=self._cfg.host,
+            port=self._cfg.port,
+            identifier=self._cfg.client_id or f"commpulse-{self._host}",
+            username=self._cfg.username or None,
+            password=self._password,
+            protocol=aiomqtt.ProtocolVersion.V5,
+            will=aiomqtt.Will(self.status_topic, b"offline", qos=1, retain=True),
+            keepalive=self._cfg.keepalive_s,
+            tls_context=self._tls,
+            timeout=10.0,
+        )
+
+    async def run(self) -> None:
+        """Connect, publish, and reconnect with backoff when the broker goes away."""
+        delay = 1.0
+        while True:
+            try:
+                async with self._client() as client:
+                    self.health.connected = True
+                    delay = 1.0
+                    log.info("connected to MQTT broker %s:%s", self._cfg.host, self._cfg.port)
+                    await client.publish(self.status_topic, b"online", qos=1, retain=True)
+                    try:
+                        await self._publish_forever(client)
+                    finally:
+                        # A clean disconnect sends no last will: say "offline" ourselves.
+                        with contextlib.suppress(Exception):
+                            await asyncio.wait_for(
+                                client.publish(self.status_topic, b"offline", qos=1, retain=True),
+                                2.0,
+                            )
+            except aiomqtt.MqttError as exc:
+                self.health.connected = False
+                self.health.errors += 1
+                self.health.last_error = str(exc)
+                log.warning(
+                    "MQTT broker %s:%s unavailable (%s); retrying in %.0f s",
+                    self._cfg.host,
+                    self._cfg.port,
+                    exc,
+                    delay,
+                )
+            finally:
+                self.health.connected = False
+            await asyncio.sleep(delay * random.uniform(0.8, 1.2))
+            delay = min(delay * 2.0, self._cfg.reconnect_max_s)
+
+    async def _publish_forever(self, client: aiomqtt.Client) -> None:
+        while True:
+            while self._buffer:
+                payload = self._buffer[0]
+                await client.publish(
+                    self.estimate_topic, payload, qos=self._cfg.qos, retain=self._cfg.retain
+                )
+                if self._buffer and self._buffer[0] is payload:
+                    self._buffer.popleft()
+                self.health.published += 1
+                self.health.buffered = len(self._buffer)
+            self._wake.clear()
+            await self._wake.wait()

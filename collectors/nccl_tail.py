@@ -1,0 +1,355 @@
+"""Live tailing of NCCL debug logs (``NCCL_DEBUG_FILE=/dir/nccl.%h.%p.log``).
+
+Follows a set of glob patterns, so per-process files are picked up as processes start, and
+survives what happens to log files in practice:
+
+* **rename rotation / delete and re-create**: a changed inode on the path means a new file; the
+  old one is read to its end first (its descriptor is still open), then the new one from 0;
+* **copytruncate / overwrite on restart** (NCCL opens its file with ``"w"``): a size below our
+  offset means the file was truncated; reading restarts at 0;
+* **partial last lines** are held until their newline arrives; a line longer than
+  ``max_line_bytes`` is dropped and counted, never buffered whole;
+* **agent restarts**: offsets are saved (with the file's device, inode and a fingerprint of its
+  first bytes) in a state file, so a restart neither re-reads nor skips.
+
+Lines go through the pure parser (:mod:`collectors.nccl_log`); each COLL record becomes a
+:class:`CollectiveCall`. NCCL's timestamps are wall-clock in local time; they are mapped onto
+the agent's monotonic clock with the smallest arrival-minus-timestamp lag seen (a line cannot
+arrive before it was written). Lines without a timestamp are stamped on arrival.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import hashlib
+import json
+import logging
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from agent.clock import Clock
+from agent.errors import ConfigError, SourceUnavailable
+from collectors._base import CollectiveCall, Emit, LogLine, Reading
+from collectors._config import check_interval, doc
+from collectors._sampler import Sampler
+from collectors.nccl_log import MAX_LINE_BYTES, CollLine, WarnLine, parse_records
+
+__all__ = ["NcclTail", "NcclTailConfig", "TailStats", "Tailer"]
+
+log = logging.getLogger(__name__)
+
+#: Bytes hashed to recognise a file again after an agent restart.
+FINGERPRINT_BYTES = 256
+#: Most bytes read from one file per poll (keeps one poll short; the rest comes next poll).
+READ_CHUNK = 1 << 20
+
+
+@dataclass(frozen=True)
+class NcclTailConfig:
+    """Settings of the NCCL log source (section ``[sources.nccl_log]``)."""
+
+    enabled: bool = doc(False, "Tail NCCL debug logs.")
+    paths: tuple[str, ...] = doc((), "Glob patterns of log files, e.g. /var/log/nccl/*.log.")
+    read_from: str = doc(
+        "end", "Where to start in files found at startup: end or beginning (new files: 0)."
+    )
+    poll_interval_s: float = doc(0.2, "Seconds between looks at the files.")
+    max_line_bytes: int = doc(MAX_LINE_BYTES, "Longer lines are dropped and counted.")
+    state_file: Path | None = doc(
+        None, "Offsets kept across restarts; unset: <agent.state_dir>/nccl_offsets.json."
+    )
+
+    def __post_init__(self) -> None:
+        if self.read_from not in ("end", "beginning"):
+            raise ConfigError("sources.nccl_log.read_from must be end or beginning")
+        check_interval("sources.nccl_log", "poll_interval_s", self.poll_interval_s, 0.01, 60.0)
+        if not 256 <= self.max_line_bytes <= 1 << 26:
+            raise ConfigError("sources.nccl_log.max_line_bytes must be between 256 and 64 MiB")
+        if self.enabled and not self.paths:
+            raise ConfigError("sources.nccl_log.paths: give at least one glob pattern")
+
+
+@dataclass
+class TailStats:
+    """What the tailer saw, for the agent's own metrics."""
+
+    lines: int = 0
+    coll_lines: int = 0
+    warn_lines: int = 0
+    overlong_lines: int = 0
+    truncations: int = 0
+    rotations: int = 0
+    files: int = 0
+
+
+@dataclass
+class _File:
+    path: str
+    fd: int
+    dev: int
+    ino: int
+    offset: int
+    partial: bytearray = field(default_factory=bytearray)
+    skipping: bool = False  # inside an over-long line: drop bytes up to its newline
+    old: list[_File] = field(default_factory=list)  # rotated predecessors still being drained
+
+
+def _fingerprint(fd: int) -> str:
+    try:
+        head = os.pread(fd, FINGERPRINT_BYTES, 0)
+    except OSError:
+        return ""
+    return hashlib.sha256(head).hexdigest()[:16]
+
+
+class Tailer:
+    """Follows glob patterns; :meth:`poll` returns the complete new lines of every file."""
+
+    def __init__(
+        self,
+        patterns: tuple[str, ...],
+        *,
+        read_from: str = "end",
+        max_line_bytes: int = MAX_LINE_BYTES,
+        state_file: Path | None = None,
+    ) -> None:
+        self._patterns = patterns
+        self._max = max_line_bytes
+        self._state_file = state_file
+        self._files: dict[str, _File] = {}
+        self.stats = TailStats()
+        saved = self._load_state()
+        for path in self._expand():
+            self._open(path, start="saved" if path in saved else read_from, saved=saved)
+
+    # -- state ---------------------------------------------------------------------------
+
+    def _load_state(self) -> dict[str, dict[str, object]]:
+        if self._state_file is None:
+            return {}
+        try:
+            data = json.loads(self._state_file.read_text())
+        except FileNotFoundError:
+            return {}
+        except (OSError, ValueError) as exc:
+            log.warning("ignoring unreadable tail state %s: %s", self._state_file, exc)
+            return {}
+        return data if isinstance(data, dict) else {}
+
+    def save_state(self) -> None:
+        """Write offsets (atomically) so a restarted agent resumes exactly here."""
+        if self._state_file is None:
+            return
+        data = {
+            f.path: {"dev": f.dev, "ino": f.ino, "offset": f.offset - len(f.partial),
+                     "fingerprint": _fingerprint(f.fd)}
+            for f in self._files.values()
+        }  # fmt: skip
+        tmp = self._state_file.with_suffix(".tmp")
+        try:
+            self._state_file.parent.mkdir(parents=True, exist_ok=True)
+            tmp.write_text(json.dumps(data))
+            os.replace(tmp, self._state_file)
+        except OSError as exc:
+            log.warning("cannot save tail state %s: %s", self._state_file, exc.strerror)
+
+    # -- files ---------------------------------------------------------------------------
+
+    def _expand(self) -> list[str]:
+        found: set[str] = set()
+        for pattern in self._patterns:
+            found.update(p for p in glob.glob(pattern) if os.path.isfile(p))
+        return sorted(found)
+
+    def _open(
+        self, path: str, *, start: str, saved: dict[str, dict[str, object]] | None = None
+    ) -> None:
+        try:
+            fd = os.open(path, os.O_RDONLY)
+            st = os.fstat(fd)
+        except OSError as exc:
+            log.debug("cannot open %s: %s", path, exc)
+            return
+        offset = 0
+        if start == "end":
+            offset = st.st_size
+        elif start == "saved" and saved is not None:
+            entry = saved.get(path, {})
+            same = (
+                entry.get("dev") == st.st_dev
+                and entry.get("ino") == st.st_ino
+                and entry.get("fingerprint") == _fingerprint(fd)
+            )
+            saved_offset = entry.get("offset")
+            if same and isinstance(saved_offset, int) and 0 <= saved_offset <= st.st_size:
+                offset = saved_offset
+        self._files[path] = _File(path, fd, st.st_dev, st.st_ino, offset)
+        self.stats.files = len(self._files)
+
+    def _read(self, f: _File) -> list[str]:
+        """New complete lines of one file (at most READ_CHUNK bytes per call)."""
+        try:
+            data = os.pread(f.fd, READ_CHUNK, f.offset)
+        except OSError:
+            return []
+        if not data:
+            return []
+        f.offset += len(data)
+        lines: list[str] = []
+        start = 0
+        while True:
+            nl = data.find(b"\n", start)
+            if nl < 0:
+                break
+            if f.skipping:
+                f.skipping = False  # the over-long line ends here
+            elif len(f.partial) + nl - start > self._max:
+                self.stats.overlong_lines += 1
+                f.partial.clear()
+            else:
+                f.partial += data[start:nl]
+                lines.append(f.partial.decode("utf-8", errors="replace").rstrip("\r"))
+                f.partial.clear()
+            start = nl + 1
+        if not f.skipping:
+            f.partial += data[start:]
+            if len(f.partial) > self._max:
+                self.stats.overlong_lines += 1
+                f.partial.clear()
+                f.skipping = True
+        self.stats.lines += len(lines)
+        return lines
+
+    def poll(self) -> list[tuple[str, str]]:
+        """(path, line) for every complete new line since the last poll."""
+        out: list[tuple[str, str]] = []
+        for path in self._expand():
+            if path not in self._files:
+                self._open(path, start="beginning")  # appeared while we run: all of it
+        for path, current in list(self._files.items()):
+            f = current
+            for old in list(f.old):  # drain rotated files to their end first
+                lines = self._read(old)
+                out.extend((path, line) for line in lines)
+                if not lines:
+                    with contextlib.suppress(OSError):
+                        os.close(old.fd)
+                    f.old.remove(old)
+            try:
+                st = os.stat(path)
+            except FileNotFoundError:
+                st = None
+            if st is not None and (st.st_ino != f.ino or st.st_dev != f.dev):
+                # Rotated or re-created: finish the old file, then follow the new one.
+                self.stats.rotations += 1
+                out.extend((path, line) for line in self._read(f))
+                try:
+                    fd = os.open(path, os.O_RDONLY)
+                except OSError:
+                    continue
+                new = _File(path, fd, st.st_dev, st.st_ino, 0, old=[*f.old, f])
+                self._files[path] = new
+                f = new
+            elif st is not None and st.st_size < f.offset:
+                self.stats.truncations += 1  # copytruncate, or NCCL reopening with "w"
+                f.offset = 0
+                f.partial.clear()
+                f.skipping = False
+            out.extend((path, line) for line in self._read(f))
+            if st is None and not f.old:
+                # Deleted: drain what is left through the open descriptor, then forget it.
+                out.extend((path, line) for line in self._read(f))
+                with contextlib.suppress(OSError):
+                    os.close(f.fd)
+                del self._files[path]
+        self.stats.files = len(self._files)
+        return out
+
+    def close(self) -> None:
+        """Save offsets and close every descriptor."""
+        self.save_state()
+        for f in self._files.values():
+            for old in f.old:
+                with contextlib.suppress(OSError):
+                    os.close(old.fd)
+            with contextlib.suppress(OSError):
+                os.close(f.fd)
+        self._files.clear()
+
+
+class NcclTail:
+    """The NCCL log source: tails the files and emits one reading per COLL record."""
+
+    name = "nccl_log"
+
+    def __init__(
+        self,
+        config: NcclTailConfig,
+        *,
+        clock: Clock,
+        state_file: Path | None = None,
+        sampler: Sampler | None = None,
+        raw_lines: bool = False,
+    ) -> None:
+        self._cfg = config
+        self._clock = clock
+        self._state_file = config.state_file or state_file
+        self._sampler = sampler or Sampler(clock)
+        self._raw = raw_lines
+        self._lag: float | None = None  # min(arrival - NCCL timestamp) seen
+        self.stats = TailStats()
+
+    def _time(self, stamp: float | None, arrival: float) -> float:
+        if stamp is None:
+            return arrival
+        lag = arrival - stamp
+        if self._lag is None or lag < self._lag:
+            self._lag = lag
+        return stamp + self._lag
+
+    async def run(self, emit: Emit) -> None:
+        """Tail until cancelled."""
+        tailer = Tailer(
+            self._cfg.paths,
+            read_from=self._cfg.read_from,
+            max_line_bytes=self._cfg.max_line_bytes,
+            state_file=self._state_file,
+        )
+        self.stats = tailer.stats
+        if not tailer.stats.files and not any(glob.has_magic(p) for p in self._cfg.paths):
+            tailer.close()
+            raise SourceUnavailable(self.name, f"no file matches {list(self._cfg.paths)}")
+        next_save = self._clock.now() + 5.0
+
+        def sweep() -> list[Reading]:
+            nonlocal next_save
+            arrival = self._clock.now()
+            out: list[Reading] = []
+            for path, line in tailer.poll():
+                if self._raw:
+                    out.append(LogLine(arrival, path, line))
+                for event in parse_records(line):
+                    if isinstance(event, CollLine):
+                        tailer.stats.coll_lines += 1
+                        out.append(
+                            CollectiveCall(
+                                time_s=self._time(event.timestamp_s, arrival),
+                                op=event.op,
+                                s_bytes=event.s_bytes,
+                                nranks=event.nranks,
+                                comm=event.comm,
+                                extra={"process": f"{event.host}:{event.pid}"},
+                            )
+                        )
+                    elif isinstance(event, WarnLine):
+                        tailer.stats.warn_lines += 1
+            if arrival >= next_save:
+                next_save = arrival + 5.0
+                tailer.save_state()
+            return out
+
+        await self._sampler.run(
+            self.name, self._cfg.poll_interval_s, sweep, emit, close=tailer.close
+        )

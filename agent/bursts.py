@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from agent.levels import boxcar, erode, level_noise, two_means
+from agent.levels import boxcar, erode, level_noise, separation, two_means
 
 __all__ = ["BurstStats", "burst_stats"]
 
@@ -64,6 +64,22 @@ def _runs(mask: npt.NDArray[np.bool_]) -> tuple[npt.NDArray[np.int64], npt.NDArr
     return change[0::2].astype(np.int64), change[1::2].astype(np.int64)
 
 
+def _structured(values: FloatArray, lo: float, hi: float) -> bool:
+    """Whether the high samples come in runs, as bursts do, rather than scattered at random.
+
+    I.i.d. heavy-tailed background has spikes but no runs: with a fraction p of samples high,
+    runs average 1/(1-p) samples. Without a period to vouch for it, bursts must beat that
+    clearly (twice, and at least 2 samples). Used only when no period was found.
+    """
+    high = values >= 0.5 * (lo + hi)
+    p = float(high.mean())
+    if p <= 0.0 or p >= 1.0:
+        return False
+    starts, ends = _runs(high)
+    mean_run = float(np.mean(ends - starts))
+    return mean_run >= max(2.0, 2.0 / (1.0 - p))
+
+
 def burst_stats(
     rate: FloatArray,
     dt: float,
@@ -89,7 +105,12 @@ def burst_stats(
     lo, hi = two_means(values)
     noise = level_noise(values, lo, hi)
     contrast = hi - lo
-    if contrast <= 0 or contrast < min_contrast_sigmas * noise:
+    # Bursty when the on level stands clear of the sample-to-sample noise, or when the two
+    # levels are well separated distributions (noisy plateaus: jittery counter refreshes);
+    # a known period lowers the bar, since the structure is already established.
+    clear = contrast > 0 and contrast >= min_contrast_sigmas * noise
+    apart = separation(values, lo, hi) >= (4.0 if period_s is not None else 6.0)
+    if not (clear or apart) or (period_s is None and not _structured(values, lo, hi)):
         return BurstStats(None, lo, hi, None, mean, None, 0, None, None, False, False, noise)
 
     filled = np.where(finite, x, lo)

@@ -161,6 +161,34 @@ class SnapshotCollector(Collector):
         count = CounterMetricFamily("commpulse_estimates", "Estimates published.")
         count.add_metric([], float(snap.estimates))
         yield count
+        if snap.sinks:
+            yield from _sink_families(snap)
+
+
+def _sink_families(snap: Snapshot) -> Iterator[Metric]:
+    """Health of the push sinks (MQTT)."""
+    connected = GaugeMetricFamily(
+        "commpulse_export_connected", "1 while a push sink is connected.", labels=["sink"]
+    )
+    buffered = GaugeMetricFamily(
+        "commpulse_export_buffered", "Messages waiting for the broker.", labels=["sink"]
+    )
+    published = CounterMetricFamily(
+        "commpulse_export_published", "Messages delivered.", labels=["sink"]
+    )
+    dropped = CounterMetricFamily(
+        "commpulse_export_dropped", "Messages dropped (buffer full).", labels=["sink"]
+    )
+    errors = CounterMetricFamily(
+        "commpulse_export_errors", "Connection losses and failures.", labels=["sink"]
+    )
+    for h in snap.sinks:
+        connected.add_metric([h.name], 1.0 if h.connected else 0.0)
+        buffered.add_metric([h.name], float(h.buffered))
+        published.add_metric([h.name], float(h.published))
+        dropped.add_metric([h.name], float(h.dropped))
+        errors.add_metric([h.name], float(h.errors))
+    yield from (connected, buffered, published, dropped, errors)
 
 
 def _split_device(device: str) -> tuple[str, str]:

@@ -23,6 +23,8 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from agent.levels import boxcar
+
 __all__ = [
     "Direction",
     "GridSeries",
@@ -170,6 +172,60 @@ def nominal_interval(times: FloatArray) -> float:
     return float(np.median(steps))
 
 
+#: Zero-delta runs at most this long, between two non-zero deltas, are stale reads when the
+#: counter is "chunky" (see :func:`stale_reads`).
+MAX_STALE_RUN = 20
+#: Fraction of exact-zero deltas during traffic above which a counter is taken as chunky.
+CHUNKY_ZERO_FRACTION = 0.2
+
+
+def stale_reads(deltas: FloatArray) -> BoolArray:
+    """Reads that repeated a counter the device had not updated yet (one flag per read).
+
+    Some drivers refresh their counters every few milliseconds (or every few hundred), so a
+    fast poll sees the same value twice and then a double step: the rate alternates between
+    0 and 2×. A series is taken as *chunky* when, while traffic flows, a fifth or more of its
+    deltas are exactly zero *and* a step that follows zeros is larger than one that follows a
+    step (genuine short gaps between bursts leave the steps after them no larger). Then the
+    reads inside short zero runs are flagged, and before the first step after a silence as
+    many reads as one refresh interval spans; dropping them spreads each step over the polls
+    it really covers, exactly as a missed poll is spread. Other series are left alone.
+    """
+    n = deltas.size
+    stale = np.zeros(n + 1, dtype=np.bool_)
+    if n < 8:
+        return stale
+    finite = np.isfinite(deltas)
+    clean = np.where(finite, deltas, 0.0)
+    local = boxcar(clean, 21)
+    busy = finite & (local > 0.05 * float(np.percentile(local, 99)))
+    if busy.sum() < 8:
+        return stale
+    zero = finite & (clean == 0)
+    positive = finite & (clean > 0)
+    if float(zero[busy].mean()) < CHUNKY_ZERO_FRACTION:
+        return stale
+    after_zero = clean[1:][positive[1:] & zero[:-1] & busy[1:]]
+    after_step = clean[1:][positive[1:] & positive[:-1] & busy[1:]]
+    if after_zero.size < 5:
+        return stale
+    if after_step.size >= 5 and np.median(after_zero) < 1.5 * np.median(after_step):
+        return stale  # steps after zeros are not bigger: genuine gaps, not stale reads
+    edges = np.flatnonzero(np.diff(np.concatenate(([0], zero.astype(np.int8), [0]))))
+    runs = [(int(a), int(b)) for a, b in zip(edges[0::2], edges[1::2], strict=True)]
+    short = [b - a for a, b in runs if a > 0 and b < n and b - a <= MAX_STALE_RUN
+             and positive[a - 1] and positive[b]]  # fmt: skip
+    refresh = round(float(np.median(short))) + 1 if short else 2
+    for a, b in runs:  # zero deltas a .. b-1: reads a+1 .. b repeated the value of read a
+        if b >= n or not positive[b]:
+            continue
+        if a > 0 and b - a <= MAX_STALE_RUN and positive[a - 1]:
+            stale[a + 1 : b + 1] = True
+        else:  # a silence: the step after it covers at most one refresh interval
+            stale[max(a + 1, b - refresh + 2) : b + 1] = True
+    return stale
+
+
 def grid_from_cumulative(
     times: FloatArray,
     deltas: FloatArray,
@@ -195,6 +251,14 @@ def grid_from_cumulative(
         dt = nominal_interval(times)
     if t0 is None:
         t0 = float(times[0])
+    stale = stale_reads(deltas)
+    if stale.any():
+        keep = ~stale
+        cum = np.concatenate(([0.0], np.cumsum(np.where(np.isfinite(deltas), deltas, 0.0))))
+        unknown = np.concatenate(([0], np.cumsum(~np.isfinite(deltas))))
+        times, cum, unknown = times[keep], cum[keep], unknown[keep]
+        deltas = np.diff(cum)
+        deltas[np.diff(unknown) > 0] = np.nan
     spans = np.diff(times)
     bad = ~np.isfinite(deltas) | (spans <= 0) | (spans > MAX_SPREAD_INTERVALS * dt)
     clean = np.where(bad, 0.0, deltas)
@@ -278,4 +342,4 @@ def direction_grids(
     return out
 
 
-__all__ += ["MAX_SPREAD_INTERVALS", "direction_grids"]
+__all__ += ["MAX_SPREAD_INTERVALS", "direction_grids", "stale_reads"]

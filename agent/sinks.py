@@ -44,6 +44,18 @@ def estimate_message(snapshot: Snapshot, host: str) -> bytes:
     return json.dumps(body, separators=(",", ":"), allow_nan=False).encode()
 
 
+def _retrieve_disconnect_error(client: aiomqtt.Client) -> None:
+    """Mark the client's "unexpected disconnection" error as seen.
+
+    When the broker drops the connection, aiomqtt 2.x stores the error in a private future and
+    its ``__aexit__`` returns without reading it, so the garbage collector later logs "Future
+    exception was never retrieved". We already handled the failure; read it so it stays quiet.
+    """
+    future = getattr(client, "_disconnected", None)
+    if isinstance(future, asyncio.Future) and future.done() and not future.cancelled():
+        future.exception()
+
+
 def _tls(cfg: MqttSection) -> ssl.SSLContext | None:
     if cfg.tls_ca_file is None and cfg.tls_cert_file is None:
         return None
@@ -112,8 +124,9 @@ class MqttSink:
         """Connect, publish, and reconnect with backoff when the broker goes away."""
         delay = 1.0
         while True:
+            client = self._client()
             try:
-                async with self._client() as client:
+                async with client:
                     self.health.connected = True
                     delay = 1.0
                     log.info("connected to MQTT broker %s:%s", self._cfg.host, self._cfg.port)
@@ -140,6 +153,7 @@ class MqttSink:
                 )
             finally:
                 self.health.connected = False
+                _retrieve_disconnect_error(client)
             await asyncio.sleep(delay * random.uniform(0.8, 1.2))
             delay = min(delay * 2.0, self._cfg.reconnect_max_s)
 

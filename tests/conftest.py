@@ -19,7 +19,7 @@ from agent.simulator.params import JobParams
 
 def require_component(executable: str) -> str:
     """Path of a required external program; fail under CI, skip elsewhere."""
-    path = shutil.which(executable)
+    path = shutil.which(executable) or shutil.which(executable, path="/usr/sbin:/sbin")
     if path is None:
         message = f"{executable} is not installed (Debian package: see .ci/run)"
         if os.environ.get("CI", "").lower() == "true":
@@ -34,3 +34,12 @@ def training_job(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("training")
     simulate_to_dir(JobParams(scenario="training", seed=1), out)
     return out
+
+
+def free_port() -> int:
+    """A TCP port nobody listens on right now."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])

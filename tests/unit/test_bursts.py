@@ -60,3 +60,20 @@ def test_unknown_samples_are_left_out() -> None:
     s = burst_stats(x, 0.01, 1.0)
     assert s.on_ratio == pytest.approx(0.3, abs=0.01)
     assert s.burst_bandwidth == pytest.approx(1.0, rel=0.01)
+
+
+def test_jittery_plateaus_still_count_as_bursts() -> None:
+    """Counters refreshed out of step with the poll: the on level jumps ±20 % sample to sample."""
+    b, _ = periodic_bursts(1.0, 0.3, 30, rate=2.5e9, seed=7)
+    x = sample_bursts(b, 100, 30)
+    jitter = np.random.default_rng(3).choice([0.8, 1.0, 1.2], size=x.size)
+    s = burst_stats(x * jitter, 0.01, 1.0)
+    assert s.has_bursts
+    assert s.burst_bandwidth == pytest.approx(2.5e9, rel=0.03)
+    assert s.on_ratio == pytest.approx(0.3, abs=0.02)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_heavy_tailed_background_alone_is_not_bursty(seed: int) -> None:
+    x = np.random.default_rng(seed).lognormal(15, 1.0, 6000)
+    assert not burst_stats(x, 0.01).has_bursts

@@ -83,7 +83,9 @@ def test_missing_files_are_reported(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"tls_cert_file: .*cert\.pem does not exist"):
         load_config(path)
     path.write_text(f"[sources.rdma_counters]\nsysfs_root = '{tmp_path}/nope'\n")
-    with pytest.raises(ConfigError, match=r"sources\.rdma_counters\.sysfs_root: .* not a directory"):
+    with pytest.raises(
+        ConfigError, match=r"sources\.rdma_counters\.sysfs_root: .* not a directory"
+    ):
         load_config(path)
 
 
@@ -100,9 +102,7 @@ def test_the_example_config_is_valid_and_spells_out_every_default() -> None:
     example = load_config(EXAMPLE)
     # The one deliberate difference: an example glob for the (disabled) NCCL log source.
     assert example.sources.nccl_log.paths == ("/var/log/nccl/*.log",)
-    shown = replace(
-        example, sources=replace(example.sources, nccl_log=Config().sources.nccl_log)
-    )
+    shown = replace(example, sources=replace(example.sources, nccl_log=Config().sources.nccl_log))
     assert shown == Config(), "deploy/config/commpulse.toml must show the defaults"
 
 

@@ -35,6 +35,7 @@ from agent.windows import (
     window_capacity,
 )
 from collectors._base import (
+    CallBatch,
     CollectiveCall,
     CounterReading,
     DeviceInfo,
@@ -335,6 +336,8 @@ class Pipeline:
                 st.devices.add_info(source, reading)
             elif isinstance(reading, GpuReading):
                 st.gpu.add(reading)
+            elif isinstance(reading, CallBatch):
+                st.calls.add_batch(reading)
             elif isinstance(reading, CollectiveCall):
                 st.calls.add(reading)
 

@@ -16,6 +16,7 @@ only assumption a counter allows — constant rate between two reads — and nev
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -77,6 +78,7 @@ _DIRECTION_WORDS = {"tx": "tx", "xmit": "tx", "transmit": "tx", "rx": "rx", "rcv
                     "receive": "rx"}  # fmt: skip
 
 
+@functools.lru_cache(maxsize=4096)
 def column_direction(name: str) -> Direction:
     """Direction of a counter column from its name.
 

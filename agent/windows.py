@@ -21,7 +21,13 @@ from agent.rates import (
     counter_delta,
     grid_from_cumulative,
 )
-from collectors._base import CollectiveCall, CounterReading, DeviceInfo, GpuReading
+from collectors._base import (
+    CallBatch,
+    CollectiveCall,
+    CounterReading,
+    DeviceInfo,
+    GpuReading,
+)
 
 __all__ = [
     "CollectiveWindow",
@@ -60,6 +66,16 @@ class Ring:
         self._data[self._head] = row
         self._head = (self._head + 1) % self.capacity
         self._size = min(self._size + 1, self.capacity)
+
+    def extend(self, rows: FloatArray) -> None:
+        """Add many rows at once (only the newest ``capacity`` are kept)."""
+        rows = rows[-self.capacity :]
+        n = rows.shape[0]
+        first = min(n, self.capacity - self._head)
+        self._data[self._head : self._head + first] = rows[:first]
+        self._data[: n - first] = rows[first:]
+        self._head = (self._head + n) % self.capacity
+        self._size = min(self._size + n, self.capacity)
 
     def view(self) -> FloatArray:
         """All rows, oldest first (a copy)."""
@@ -238,6 +254,17 @@ class CollectiveWindow:
         self.processes.add(str(call.extra.get("process", call.comm)))
         size = float(call.s_bytes) if call.s_bytes is not None else np.nan
         self._ring.append((call.time_s, size))
+
+    def add_batch(self, batch: CallBatch) -> None:
+        """Account a batch of COLL lines."""
+        for op, (count, nbytes) in batch.ops.items():
+            c0, b0 = self.totals.get(op, (0, 0))
+            self.totals[op] = (c0 + count, b0 + nbytes)
+        if batch.nranks is not None:
+            self.nranks = max(self.nranks or 0, batch.nranks)
+        self.processes.update(batch.processes)
+        if batch.times.size:
+            self._ring.extend(np.column_stack((batch.times, batch.s_bytes)))
 
     def mix(self, since: float | None = None) -> CollectiveMix | None:
         """The estimator's view: totals since start, timed calls within the window."""

@@ -10,7 +10,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
+import numpy as np
+import numpy.typing as npt
+
 __all__ = [
+    "CallBatch",
     "CollectiveCall",
     "CounterReading",
     "DeviceInfo",
@@ -81,6 +85,26 @@ class CollectiveCall:
 
 
 @dataclass(frozen=True, slots=True)
+class CallBatch:
+    """Many collective calls at once (a tailer sweep): cheaper than one reading per call.
+
+    ``times`` and ``s_bytes`` hold one entry per call (NaN bytes where S is unknown); ``ops``
+    maps op → (calls, bytes) within the batch.
+    """
+
+    times: npt.NDArray[np.float64]
+    s_bytes: npt.NDArray[np.float64]
+    ops: Mapping[str, tuple[int, int]]
+    nranks: int | None
+    processes: frozenset[str]
+
+    @property
+    def time_s(self) -> float:
+        """Time of the last call (for bookkeeping that wants one time per reading)."""
+        return float(self.times[-1]) if self.times.size else 0.0
+
+
+@dataclass(frozen=True, slots=True)
 class LogLine:
     """A raw log line, for ``commpulse record`` (which copies logs rather than parsing them)."""
 
@@ -89,7 +113,7 @@ class LogLine:
     text: str
 
 
-Reading = CounterReading | GpuReading | CollectiveCall | DeviceInfo | LogLine
+Reading = CounterReading | GpuReading | CollectiveCall | CallBatch | DeviceInfo | LogLine
 Emit = Callable[[Reading], None]
 
 

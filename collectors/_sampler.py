@@ -104,7 +104,16 @@ class _Thread:
             job.loop.call_soon_threadsafe(deliver)
 
     def _end(self, job: _Job, exc: BaseException | None) -> None:
-        """Finish a job (already out of ``jobs``), in this thread: last batch, close, wake."""
+        """Finish a job (already out of ``jobs``), in this thread: last batch, close, wake.
+
+        A job stopped on purpose gets one last sweep first, so what arrived since the last
+        tick (log lines written just before a shutdown) is delivered rather than dropped.
+        """
+        if exc is None:
+            try:
+                job.batch.extend(job.sweep())
+            except Exception:
+                log.debug("final sweep of %s failed", job.name, exc_info=True)
         job.stopped = True
         self._flush(job)
         if job.close is not None:

@@ -45,11 +45,13 @@ __all__ = [
     "MAX_LINE_BYTES",
     "PER_RANK_OPS",
     "UNKNOWN_OP",
+    "CallRecord",
     "CollLine",
     "CommInfo",
     "CommKey",
     "InfoLine",
     "InitLine",
+    "LiveDecoder",
     "NcclEvent",
     "NcclLogAccumulator",
     "NcclLogSummary",
@@ -800,6 +802,82 @@ class NcclLogSummary:
         """Op name of every COLL record, in file order."""
         names = self.op_names
         return [names[i] for i in self.call_op_ids.tolist()]
+
+
+@dataclass(frozen=True, slots=True)
+class CallRecord:
+    """What the live agent keeps of one COLL record."""
+
+    timestamp_s: float | None
+    op: str
+    s_bytes: int | None
+    nranks: int | None
+    comm: str
+    process: str
+
+
+class LiveDecoder:
+    """Line-at-a-time decoding for the live tailer: COLL records on a fast path.
+
+    The common line (one prefixed COLL record) takes one regex search with few groups, and
+    each distinct call shape ``(op, count, datatype, nranks)`` is resolved to its S once, as in
+    :class:`NcclLogAccumulator`; anything else mentioning NCCL goes through
+    :func:`parse_records`. WARN lines and lines that mention NCCL but do not decode are counted.
+    """
+
+    def __init__(self) -> None:
+        self._shapes: dict[tuple[str, str, str, str], tuple[int | None, int]] = {}
+        self._seconds: dict[str, float | None] = {}
+        self.warn_lines = 0
+        self.unparsed_lines = 0
+
+    def _time(self, sec: str | None, frac: str | None) -> float | None:
+        if sec is None:
+            return None
+        base = self._seconds.get(sec)
+        if base is None:
+            if len(self._seconds) >= 4096:
+                self._seconds.clear()
+            base = self._seconds[sec] = _second_epoch(sec)
+        if base is None:
+            return None
+        if frac is None or len(frac) >= 10:
+            return parse_timestamp(sec if frac is None else f"{sec}.{frac}")
+        return base + int(frac) / _POW10[len(frac)]
+
+    def decode(self, line: str) -> list[CallRecord]:
+        """The COLL records of one line (usually zero or one)."""
+        if "opCount " in line:
+            m = _COLL_FAST_RE.search(line)
+            if m is not None and line.count("NCCL ") == 1 and line.count("opCount") == 1:
+                sec, frac, host, pid, op, count, dtype, comm, nranks_text = m.groups()
+                shape = self._shapes.get((op, count, dtype, nranks_text))
+                if shape is None:
+                    nranks = int(nranks_text)
+                    elem = DATATYPE_SIZES.get(int(dtype))
+                    shape = (collective_bytes(op, int(count), elem, nranks), nranks)
+                    if len(self._shapes) < 65536:
+                        self._shapes[(op, count, dtype, nranks_text)] = shape
+                return [CallRecord(self._time(sec, frac), op, shape[0], shape[1], comm,
+                                   f"{host}:{pid}")]  # fmt: skip
+        elif "NCCL " not in line:
+            return []
+        try:
+            events, broken = _records(line)
+        except (ValueError, OverflowError, IndexError):  # pragma: no cover - defensive
+            self.unparsed_lines += 1
+            return []
+        if broken:
+            self.unparsed_lines += 1
+        out: list[CallRecord] = []
+        for event in events:
+            if isinstance(event, CollLine):
+                process = f"{event.host}:{event.pid}"
+                out.append(CallRecord(event.timestamp_s, event.op, event.s_bytes, event.nranks,
+                                      event.comm, process))  # fmt: skip
+            elif isinstance(event, WarnLine):
+                self.warn_lines += 1
+        return out
 
 
 class NcclLogAccumulator:

@@ -29,12 +29,14 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 from agent.clock import Clock
 from agent.errors import ConfigError, SourceUnavailable
-from collectors._base import CollectiveCall, Emit, LogLine, Reading
+from collectors._base import CallBatch, Emit, LogLine, Reading
 from collectors._config import check_interval, doc
 from collectors._sampler import Sampler
-from collectors.nccl_log import MAX_LINE_BYTES, CollLine, WarnLine, parse_records
+from collectors.nccl_log import MAX_LINE_BYTES, LiveDecoder
 
 __all__ = ["NcclTail", "NcclTailConfig", "TailStats", "Tailer"]
 
@@ -93,13 +95,17 @@ class _File:
     offset: int
     partial: bytearray = field(default_factory=bytearray)
     skipping: bool = False  # inside an over-long line: drop bytes up to its newline
+    head: bytes = b""  # the file's first bytes as we read them: a rewrite changes them
     old: list[_File] = field(default_factory=list)  # rotated predecessors still being drained
 
 
-def _fingerprint(fd: int) -> str:
+def _fingerprint(fd: int, length: int) -> str:
+    """Hash of the file's first ``length`` bytes (a file that grew keeps its fingerprint)."""
     try:
-        head = os.pread(fd, FINGERPRINT_BYTES, 0)
+        head = os.pread(fd, length, 0)
     except OSError:
+        return ""
+    if len(head) < length:
         return ""
     return hashlib.sha256(head).hexdigest()[:16]
 
@@ -142,11 +148,13 @@ class Tailer:
         """Write offsets (atomically) so a restarted agent resumes exactly here."""
         if self._state_file is None:
             return
-        data = {
-            f.path: {"dev": f.dev, "ino": f.ino, "offset": f.offset - len(f.partial),
-                     "fingerprint": _fingerprint(f.fd)}
-            for f in self._files.values()
-        }  # fmt: skip
+        data = {}
+        for f in self._files.values():
+            # Fingerprint what we read, not what the file holds now: a file rewritten since
+            # our last read must not be taken for the one whose offset we keep.
+            data[f.path] = {"dev": f.dev, "ino": f.ino, "offset": f.offset - len(f.partial),
+                            "fingerprint_bytes": len(f.head),
+                            "fingerprint": hashlib.sha256(f.head).hexdigest()[:16]}  # fmt: skip
         tmp = self._state_file.with_suffix(".tmp")
         try:
             self._state_file.parent.mkdir(parents=True, exist_ok=True)
@@ -177,50 +185,103 @@ class Tailer:
             offset = st.st_size
         elif start == "saved" and saved is not None:
             entry = saved.get(path, {})
+            length = entry.get("fingerprint_bytes")
             same = (
                 entry.get("dev") == st.st_dev
                 and entry.get("ino") == st.st_ino
-                and entry.get("fingerprint") == _fingerprint(fd)
+                and isinstance(length, int)
+                and entry.get("fingerprint") == _fingerprint(fd, length)
             )
             saved_offset = entry.get("offset")
             if same and isinstance(saved_offset, int) and 0 <= saved_offset <= st.st_size:
                 offset = saved_offset
-        self._files[path] = _File(path, fd, st.st_dev, st.st_ino, offset)
+        head = b""
+        if offset:
+            try:
+                head = os.pread(fd, min(FINGERPRINT_BYTES, offset), 0)
+            except OSError:
+                head = b""
+        self._files[path] = _File(path, fd, st.st_dev, st.st_ino, offset, head=head)
         self.stats.files = len(self._files)
 
     def _read(self, f: _File) -> list[str]:
-        """New complete lines of one file (at most READ_CHUNK bytes per call)."""
+        """New complete lines of one file (at most READ_CHUNK bytes per call).
+
+        Splitting and decoding run over the whole chunk (in C), not line by line; a line over
+        ``max_line_bytes`` is dropped and counted, and a partial one that grows past the limit
+        is dropped up to its newline without being kept.
+        """
         try:
             data = os.pread(f.fd, READ_CHUNK, f.offset)
         except OSError:
             return []
         if not data:
             return []
+        if len(f.head) < FINGERPRINT_BYTES and f.offset < FINGERPRINT_BYTES:
+            f.head = (f.head + data[: FINGERPRINT_BYTES - f.offset])[:FINGERPRINT_BYTES]
         f.offset += len(data)
-        lines: list[str] = []
-        start = 0
-        while True:
-            nl = data.find(b"\n", start)
-            if nl < 0:
-                break
-            if f.skipping:
-                f.skipping = False  # the over-long line ends here
-            elif len(f.partial) + nl - start > self._max:
-                self.stats.overlong_lines += 1
-                f.partial.clear()
-            else:
-                f.partial += data[start:nl]
-                lines.append(f.partial.decode("utf-8", errors="replace").rstrip("\r"))
-                f.partial.clear()
-            start = nl + 1
-        if not f.skipping:
-            f.partial += data[start:]
-            if len(f.partial) > self._max:
-                self.stats.overlong_lines += 1
-                f.partial.clear()
-                f.skipping = True
+        last = data.rfind(b"\n")
+        if last < 0:  # no line ends in this chunk
+            if not f.skipping:
+                f.partial += data
+                if len(f.partial) > self._max:
+                    self.stats.overlong_lines += 1
+                    f.partial.clear()
+                    f.skipping = True
+            return []
+        head, tail = data[: last + 1], data[last + 1 :]
+        if f.skipping:  # drop the rest of an over-long line
+            first = head.find(b"\n")
+            head = head[first + 1 :]
+            f.skipping = False
+        elif f.partial:
+            head = bytes(f.partial) + head
+            f.partial.clear()
+        lines = head.decode("utf-8", errors="replace").split("\n")
+        lines.pop()  # the empty string after the final newline
+        if any(len(line) > self._max for line in lines):
+            kept = [line for line in lines if len(line) <= self._max]
+            self.stats.overlong_lines += len(lines) - len(kept)
+            lines = kept
+        lines = [line[:-1] if line.endswith("\r") else line for line in lines]
+        f.partial += tail
+        if len(f.partial) > self._max:
+            self.stats.overlong_lines += 1
+            f.partial.clear()
+            f.skipping = True
         self.stats.lines += len(lines)
         return lines
+
+    def _restart_if_rewritten(self, f: _File) -> None:
+        """Start over at byte 0 of a file that was truncated or rewritten in place.
+
+        copytruncate shrinks it; NCCL reopening its file with "w" may already have written
+        more than we had read, so only the first bytes tell. Checked through our own
+        descriptor, so a file deleted or rotated since the last poll is judged the same way.
+        """
+        if self._size(f) < f.offset or self._rewritten(f):
+            self.stats.truncations += 1
+            f.offset = 0
+            f.partial.clear()
+            f.skipping = False
+            f.head = b""
+
+    @staticmethod
+    def _size(f: _File) -> int:
+        try:
+            return os.fstat(f.fd).st_size
+        except OSError:
+            return f.offset
+
+    @staticmethod
+    def _rewritten(f: _File) -> bool:
+        """The file's first bytes differ from what we read there: it was rewritten in place."""
+        if not f.head:
+            return False
+        try:
+            return os.pread(f.fd, len(f.head), 0) != f.head
+        except OSError:
+            return False
 
     def poll(self) -> list[tuple[str, str]]:
         """(path, line) for every complete new line since the last poll."""
@@ -244,6 +305,7 @@ class Tailer:
             if st is not None and (st.st_ino != f.ino or st.st_dev != f.dev):
                 # Rotated or re-created: finish the old file, then follow the new one.
                 self.stats.rotations += 1
+                self._restart_if_rewritten(f)
                 out.extend((path, line) for line in self._read(f))
                 try:
                     fd = os.open(path, os.O_RDONLY)
@@ -252,11 +314,8 @@ class Tailer:
                 new = _File(path, fd, st.st_dev, st.st_ino, 0, old=[*f.old, f])
                 self._files[path] = new
                 f = new
-            elif st is not None and st.st_size < f.offset:
-                self.stats.truncations += 1  # copytruncate, or NCCL reopening with "w"
-                f.offset = 0
-                f.partial.clear()
-                f.skipping = False
+            else:
+                self._restart_if_rewritten(f)
             out.extend((path, line) for line in self._read(f))
             if st is None and not f.old:
                 # Deleted: drain what is left through the open descriptor, then forget it.
@@ -322,29 +381,44 @@ class NcclTail:
             tailer.close()
             raise SourceUnavailable(self.name, f"no file matches {list(self._cfg.paths)}")
         next_save = self._clock.now() + 5.0
+        decoder = LiveDecoder()
 
         def sweep() -> list[Reading]:
             nonlocal next_save
             arrival = self._clock.now()
             out: list[Reading] = []
+            times: list[float] = []
+            sizes: list[float] = []
+            ops: dict[str, list[int]] = {}
+            nranks: int | None = None
+            processes: set[str] = set()
             for path, line in tailer.poll():
                 if self._raw:
                     out.append(LogLine(arrival, path, line))
-                for event in parse_records(line):
-                    if isinstance(event, CollLine):
-                        tailer.stats.coll_lines += 1
-                        out.append(
-                            CollectiveCall(
-                                time_s=self._time(event.timestamp_s, arrival),
-                                op=event.op,
-                                s_bytes=event.s_bytes,
-                                nranks=event.nranks,
-                                comm=event.comm,
-                                extra={"process": f"{event.host}:{event.pid}"},
-                            )
-                        )
-                    elif isinstance(event, WarnLine):
-                        tailer.stats.warn_lines += 1
+                for call in decoder.decode(line):
+                    times.append(self._time(call.timestamp_s, arrival))
+                    size = call.s_bytes
+                    sizes.append(float("nan") if size is None else float(size))
+                    entry = ops.get(call.op)
+                    if entry is None:
+                        entry = ops[call.op] = [0, 0]
+                    entry[0] += 1
+                    entry[1] += size or 0
+                    if call.nranks is not None and (nranks is None or call.nranks > nranks):
+                        nranks = call.nranks
+                    processes.add(call.process)
+            if times:
+                tailer.stats.coll_lines += len(times)
+                out.append(
+                    CallBatch(
+                        times=np.asarray(times),
+                        s_bytes=np.asarray(sizes),
+                        ops={op: (c, b) for op, (c, b) in ops.items()},
+                        nranks=nranks,
+                        processes=frozenset(processes),
+                    )
+                )
+            tailer.stats.warn_lines = decoder.warn_lines
             if arrival >= next_save:
                 next_save = arrival + 5.0
                 tailer.save_state()

@@ -1028,3 +1028,32 @@ def test_public_names_are_exported() -> None:
         if not name.startswith("_") and getattr(obj, "__module__", None) == nccl_log.__name__
     }
     assert defined_here <= set(nccl_log.__all__)
+
+
+def test_live_decoder_agrees_with_parse_records_on_coll_lines() -> None:
+    from collectors.nccl_log import LiveDecoder, parse_records
+
+    lines = [
+        "[2026-05-05 06:16:47.123456] node-01:189884:189884 [3] NCCL INFO AllGather: opCount 1a "
+        "sendbuff 0x7f0000 recvbuff 0x7f0000 count 1024 datatype 9 op 0 root 0 comm 0x55aa "
+        "[nranks=8] stream 0x55bb",
+        "[rank0]:node-01:1:1 [0] NCCL INFO AllReduce: opCount 0 sendbuff 0x1 recvbuff 0x1 "
+        "count 7382228 datatype 7 op 0 root 0 comm 0x78cf [nranks=128] stream (nil)",
+        "node-01:1:1 [0] NCCL INFO Send: opCount 3 sendbuff (nil) recvbuff 0x2 count 10 "
+        "datatype 99 op 0 root 5 comm 0x9 [nranks=2] stream 0x3",
+        "node-01:1:2 [0] NCCL INFO Init COMPLETE",
+        "\nnode-01:1:1 [0] misc/x.cc:12 NCCL WARN something broke",
+        "epoch 3 loss 0.1",
+    ]
+    decoder = LiveDecoder()
+    for line in lines:
+        fast = decoder.decode(line)
+        slow = [e for e in parse_records(line) if type(e).__name__ == "CollLine"]
+        assert len(fast) == len(slow)
+        for f, s in zip(fast, slow, strict=True):
+            assert (f.op, f.s_bytes, f.nranks, f.comm) == (s.op, s.s_bytes, s.nranks, s.comm)
+            assert f.process == f"{s.host}:{s.pid}"
+            assert (f.timestamp_s is None) == (s.timestamp_s is None)
+            if f.timestamp_s is not None:
+                assert f.timestamp_s == pytest.approx(s.timestamp_s, abs=1e-6)
+    assert decoder.warn_lines == 1

@@ -137,3 +137,35 @@ def test_ticker_keeps_absolute_deadlines_and_skips_missed_ticks() -> None:
     times = asyncio.run(run())
     assert times == [100.5, 101.0, 103.5, 104.0]
     assert ticker.skipped == 4
+
+
+def test_ring_extend_wraps_like_repeated_appends() -> None:
+    a, b = Ring(5, 2), Ring(5, 2)
+    rows = np.arange(26, dtype=np.float64).reshape(13, 2)
+    for chunk in (rows[:3], rows[3:4], rows[4:11], rows[11:]):
+        a.extend(chunk)
+        for row in chunk:
+            b.append(row)
+        np.testing.assert_array_equal(a.view(), b.view())
+
+
+def test_collective_window_takes_batches() -> None:
+    from collectors._base import CallBatch
+
+    c = CollectiveWindow(100)
+    c.add_batch(
+        CallBatch(
+            times=np.array([1.0, 2.0]),
+            s_bytes=np.array([10.0, np.nan]),
+            ops={"AllReduce": (1, 10), "Send": (1, 0)},
+            nranks=8,
+            processes=frozenset({"h:1"}),
+        )
+    )
+    c.add(CollectiveCall(3.0, "AllReduce", 5, 16, comm="0x1", extra={"process": "h:2"}))
+    mix = c.mix()
+    assert mix is not None
+    assert mix.ops == {"AllReduce": (2, 15), "Send": (1, 0)}
+    assert mix.nranks == 16
+    assert mix.processes == 2
+    assert mix.call_times.tolist() == [1.0, 2.0, 3.0]

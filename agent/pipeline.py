@@ -10,7 +10,6 @@ backoff and never takes the others down.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import random
 import threading
@@ -449,11 +448,28 @@ class Pipeline:
             self._spawn("windows", self._consume())
             self._spawn("estimator", self._estimate_loop())
             await self._stop.wait()
-            tasks = list(self._tasks.values())
-            for task in tasks:
-                task.cancel()
-            for task in tasks:
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+            await _cancel_all(list(self._tasks.values()))
         self._tg = None
         self._tasks.clear()
+
+
+async def _cancel_all(tasks: list[asyncio.Task[Any]], *, grace_s: float = 1.0) -> None:
+    """Cancel ``tasks`` and wait for them, cancelling again whoever is still running.
+
+    Python 3.11's ``asyncio.wait_for`` swallows a cancellation that lands while the awaited
+    operation completes (fixed in 3.12), and third-party clients use it: one cancel() is not
+    always enough, and a shutdown that waited on it would hang until systemd kills us.
+    """
+    pending = {t for t in tasks if not t.done()}
+    rounds = 0
+    while pending:
+        for task in pending:
+            task.cancel()
+        _, pending = await asyncio.wait(pending, timeout=grace_s)
+        rounds += 1
+        if pending and rounds in (1, 10):
+            log.warning(
+                "still stopping after %d cancellation(s): %s",
+                rounds,
+                ", ".join(sorted(t.get_name() for t in pending)),
+            )

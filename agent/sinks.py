@@ -168,5 +168,19 @@ class MqttSink:
                     self._buffer.popleft()
                 self.health.published += 1
                 self.health.buffered = len(self._buffer)
+                _reraise_swallowed_cancel()
+            _reraise_swallowed_cancel()  # also after the "online" publish
             self._wake.clear()
             await self._wake.wait()
+
+
+def _reraise_swallowed_cancel() -> None:
+    """Honour a cancellation that aiomqtt's ``wait_for`` swallowed (Python 3.11).
+
+    When cancel() lands just as the PUBACK arrives, 3.11's ``asyncio.wait_for`` returns the
+    result and drops the CancelledError; the task then reports ``cancelling()`` and would
+    otherwise sleep on the next wake-up forever.
+    """
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError

@@ -97,8 +97,10 @@ def test_mqtt_over_tls_with_a_password_file(pki: Path, tmp_path: Path) -> None:
     )
     secret = tmp_path / "mqtt-password"
     secret.write_text("s3cret\n")
-    proc = subprocess.Popen([broker, "-c", str(conf)], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)  # fmt: skip
+    broker_log = tmp_path / "mosquitto.log"
+    with broker_log.open("w") as log_fh:
+        proc = subprocess.Popen([broker, "-c", str(conf), "-v"], stdout=log_fh,
+                                stderr=subprocess.STDOUT)  # fmt: skip
     try:
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
@@ -108,7 +110,10 @@ def test_mqtt_over_tls_with_a_password_file(pki: Path, tmp_path: Path) -> None:
             time.sleep(0.05)
         cfg = MqttSection(enabled=True, host="127.0.0.1", port=port, username="agent",
                           password_file=secret, tls_ca_file=pki / "ca.pem")  # fmt: skip
-        got = asyncio.run(_publish_and_receive(cfg, pki))
+        try:
+            got = asyncio.run(_publish_and_receive(cfg, pki))
+        except TimeoutError:
+            raise AssertionError(broker_log.read_text()[-3000:]) from None
         assert json.loads(got)["period_s"] == 4.55
     finally:
         proc.kill()

@@ -9,7 +9,7 @@ import pytest
 
 from agent.clock import MonotonicClock, Ticker
 from agent.errors import SourceError
-from agent.pipeline import Pipeline, PipelineSettings, Snapshot, SnapshotStore
+from agent.pipeline import Pipeline, PipelineSettings, SinkHealth, Snapshot, SnapshotStore
 from collectors._base import CounterReading, Emit
 
 
@@ -89,3 +89,42 @@ def test_pipeline_estimates_and_isolates_a_failing_source() -> None:
     assert health["flood"].dropped > 0  # the bounded queue counted what it refused
     assert len(seen) >= 8
     assert all(math.isfinite(s.estimator_seconds) for s in seen)
+
+
+class StubbornSink:
+    """A sink whose first cancellation is lost, as 3.11's ``wait_for`` can lose it."""
+
+    name = "stubborn"
+
+    def __init__(self) -> None:
+        self.health = SinkHealth(self.name)
+        self.cancels_seen = 0
+
+    def offer(self, snapshot: Snapshot) -> None:
+        pass
+
+    async def run(self) -> None:
+        while True:
+            try:
+                await asyncio.sleep(3600)
+            except asyncio.CancelledError:
+                self.cancels_seen += 1
+                if self.cancels_seen > 1:
+                    raise
+                asyncio.current_task().uncancel()  # type: ignore[union-attr]
+
+
+def test_stop_finishes_even_when_a_sink_loses_its_first_cancellation() -> None:
+    sink = StubbornSink()
+    pipeline = Pipeline([], SnapshotStore(), sinks=[sink],
+                        settings=PipelineSettings(hop_s=0.5))  # fmt: skip
+
+    async def main() -> float:
+        asyncio.get_running_loop().call_later(0.3, pipeline.stop)
+        began = asyncio.get_running_loop().time()
+        await asyncio.wait_for(pipeline.run(), 10.0)
+        return asyncio.get_running_loop().time() - began
+
+    took = asyncio.run(main())
+    assert sink.cancels_seen == 2
+    assert took < 3.0  # one grace period, not a hang until systemd's SIGKILL

@@ -36,6 +36,7 @@ from agent.errors import ConfigError, SourceError, SourceUnavailable
 from collectors._base import CounterReading, DeviceInfo, Emit, Reading
 from collectors._config import check_interval, check_regex, doc
 from collectors._sampler import Sampler
+from collectors._sysfs import parse_sysfs_int, read_attr
 
 __all__ = [
     "DEFAULT_EXCLUDE",
@@ -147,14 +148,6 @@ class Interface:
 # Pure parsers
 
 
-def parse_sysfs_int(text: str | bytes) -> int | None:
-    """A sysfs integer attribute, or None for empty / non-numeric content."""
-    try:
-        return int(text.strip())
-    except ValueError:
-        return None
-
-
 def parse_speed(text: str | bytes) -> float | None:
     """``/sys/class/net/<if>/speed`` (Mb/s) as bytes/s; ``-1`` and junk mean unknown."""
     mbps = parse_sysfs_int(text)
@@ -222,13 +215,6 @@ def parse_stats_dump(
 # Thin readers
 
 
-def _read_attr(path: Path) -> bytes | None:
-    try:
-        return path.read_bytes()
-    except OSError:
-        return None  # absent, or refused (speed of a down link raises EINVAL)
-
-
 def discover_interfaces(sysfs_root: Path) -> list[Interface]:
     """Every interface under ``<sysfs_root>/class/net``, with its kind, state and speed."""
     base = sysfs_root / "class" / "net"
@@ -241,7 +227,7 @@ def discover_interfaces(sysfs_root: Path) -> list[Interface]:
         path = base / name
         if not (path / "statistics").is_dir():
             continue  # e.g. the bonding_masters file
-        arphrd = parse_sysfs_int(_read_attr(path / "type") or b"")
+        arphrd = parse_sysfs_int(read_attr(path / "type") or b"")
         real = os.path.realpath(path)
         if arphrd == ARPHRD_LOOPBACK or name == "lo":
             kind = "loopback"
@@ -251,15 +237,15 @@ def discover_interfaces(sysfs_root: Path) -> list[Interface]:
             kind = "virtual"
         else:
             kind = "physical"
-        state = _read_attr(path / "operstate")
+        state = read_attr(path / "operstate")
         out.append(
             Interface(
                 name=name,
-                ifindex=parse_sysfs_int(_read_attr(path / "ifindex") or b""),
+                ifindex=parse_sysfs_int(read_attr(path / "ifindex") or b""),
                 arphrd=arphrd,
                 kind=kind,
                 operstate=state.decode(errors="replace").strip() if state else None,
-                speed_bytes_per_s=parse_speed(_read_attr(path / "speed") or b""),
+                speed_bytes_per_s=parse_speed(read_attr(path / "speed") or b""),
                 path=path,
             )
         )

@@ -33,6 +33,7 @@ from agent.errors import SourceUnavailable
 from collectors._base import CounterReading, DeviceInfo, Emit, Reading
 from collectors._config import check_interval, check_regex, doc
 from collectors._sampler import Sampler
+from collectors._sysfs import parse_sysfs_int, read_attr
 
 __all__ = [
     "HW_COUNTERS",
@@ -42,7 +43,6 @@ __all__ = [
     "RdmaPort",
     "RdmaPortReader",
     "discover_ports",
-    "parse_counter",
     "parse_rate",
     "parse_state",
 ]
@@ -111,14 +111,6 @@ class RdmaConfig:
 # Pure parsers
 
 
-def parse_counter(text: str | bytes) -> int | None:
-    """A counter file's value; None for ``N/A (no PMA)`` and other non-numbers."""
-    try:
-        return int(text.strip())
-    except ValueError:
-        return None
-
-
 def parse_rate(text: str | bytes) -> float | None:
     """``ports/<n>/rate`` ("100 Gb/sec (4X EDR)") as bytes per second."""
     s = text.decode(errors="replace") if isinstance(text, bytes) else text
@@ -165,13 +157,6 @@ class RdmaPort:
         return f"{self.device}:{self.port}"
 
 
-def _read(path: Path) -> bytes | None:
-    try:
-        return path.read_bytes()
-    except OSError:
-        return None
-
-
 def _counter_file(port_dir: Path, name: str) -> tuple[Path | None, bool]:
     """The best file for one counter: ``counters_ext/<name>_64``, else ``counters/<name>``."""
     ext = port_dir / "counters_ext" / f"{name}_64"
@@ -205,24 +190,24 @@ def discover_ports(sysfs_root: Path) -> list[RdmaPort]:
             rcv, ext_r = _counter_file(pd, "port_rcv_data")
             xp, _ = _counter_file(pd, "port_xmit_packets")
             rp, _ = _counter_file(pd, "port_rcv_packets")
-            link = _read(pd / "link_layer")
+            link = read_attr(pd / "link_layer")
             hw = pd / "hw_counters"
-            lifespan = parse_counter(_read(hw / "lifespan") or b"") if hw.is_dir() else None
+            lifespan = parse_sysfs_int(read_attr(hw / "lifespan") or b"") if hw.is_dir() else None
             skipped = None
             if xmit is None or rcv is None:
                 skipped = "no counters/ directory (no PMA counters, e.g. bnxt_re, iWARP)"
             else:
-                sample = parse_counter(_read(xmit) or b"")
+                sample = parse_sysfs_int(read_attr(xmit) or b"")
                 if sample is None:
-                    text = (_read(xmit) or b"").decode(errors="replace").strip()
+                    text = (read_attr(xmit) or b"").decode(errors="replace").strip()
                     skipped = f"counters unreadable: {text or 'empty'}"
             ports.append(
                 RdmaPort(
                     device=dev,
                     port=num,
                     link_layer=link.decode(errors="replace").strip() if link else None,
-                    rate_bytes_per_s=parse_rate(_read(pd / "rate") or b""),
-                    state=parse_state(_read(pd / "state") or b""),
+                    rate_bytes_per_s=parse_rate(read_attr(pd / "rate") or b""),
+                    state=parse_state(read_attr(pd / "state") or b""),
                     xmit_data=xmit,
                     rcv_data=rcv,
                     xmit_packets=xp,
@@ -284,7 +269,7 @@ class RdmaPortReader:
         for name, fd in zip(names, self._fds, strict=True):
             if fd >= 0 and not self.port.extended:
                 with contextlib.suppress(OSError):
-                    if parse_counter(os.pread(fd, 32, 0)) == SATURATED_32:
+                    if parse_sysfs_int(os.pread(fd, 32, 0)) == SATURATED_32:
                         stuck.add(name)
         return frozenset(stuck)
 
@@ -299,7 +284,7 @@ class RdmaPortReader:
             return out
         for name in names:
             if name in HW_COUNTERS:
-                value = parse_counter(_read(self.port.hw_dir / name) or b"")
+                value = parse_sysfs_int(read_attr(self.port.hw_dir / name) or b"")
                 if value is not None:
                     out[name] = value
         return out

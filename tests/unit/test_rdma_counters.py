@@ -11,13 +11,13 @@ import pytest
 from agent.clock import FakeClock
 from agent.errors import ConfigError, SourceUnavailable
 from collectors._base import CounterReading, DeviceInfo, Reading
+from collectors._sysfs import parse_sysfs_int
 from collectors.rdma_counters import (
     SATURATED_32,
     RdmaConfig,
     RdmaCounters,
     RdmaPortReader,
     discover_ports,
-    parse_counter,
     parse_rate,
     parse_state,
 )
@@ -51,7 +51,7 @@ def test_parse_state(text: str, value: str | None) -> None:
     ("text", "value"), [(b"123\n", 123), (b"N/A (no PMA)\n", None), (b"", None)]
 )
 def test_parse_counter(text: bytes, value: int | None) -> None:
-    assert parse_counter(text) == value
+    assert parse_sysfs_int(text) == value
 
 
 def test_discovery_finds_every_port_and_says_why_some_are_skipped() -> None:

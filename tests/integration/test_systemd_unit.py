@@ -75,4 +75,9 @@ def test_capture_drop_in_adds_only_what_capture_needs(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("path", [UNIT, CAPTURE])
 def test_unit_files_name_no_path_of_a_build_machine(path: Path) -> None:
-    assert "/work/" not in path.read_text()
+    # Every absolute path must be one the install makes or the system has (FHS), never a
+    # checkout's or a home directory.
+    paths = re.findall(r"(?:^|(?<=[\s=\"'(]))(/[\w.-][^\s\"')]*)", path.read_text(), re.M)
+    assert paths
+    fhs = ("/etc/", "/opt/commpulse", "/usr/", "/var/", "/run/", "/sys", "/proc", "/bin/", "/dev/")
+    assert [p for p in paths if not p.startswith(fhs)] == []

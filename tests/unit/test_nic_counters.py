@@ -12,7 +12,7 @@ import pytest
 
 from agent.clock import FakeClock
 from agent.errors import ConfigError, SourceUnavailable
-from collectors._base import CounterReading, DeviceInfo, Reading
+from collectors._base import CounterReading, DeviceInfo
 from collectors.nic_counters import (
     DEFAULT_EXCLUDE,
     LinkStats,
@@ -27,6 +27,7 @@ from collectors.nic_counters import (
     select_interfaces,
     stats_request,
 )
+from tests.sources import collect_counter_readings
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "mlx5-host" / "sys"
 
@@ -134,27 +135,10 @@ def test_config_errors_name_the_key() -> None:
         NicConfig(poll_interval_s=0)
 
 
-async def _collect(source: NicCounters, n: int, clock: FakeClock) -> list[Reading]:
-    out: list[Reading] = []
-
-    def emit(r: Reading) -> None:
-        out.append(r)
-        clock.advance(0.0)
-
-    task = asyncio.create_task(source.run(emit))
-    while sum(isinstance(r, CounterReading) for r in out) < n:
-        await asyncio.sleep(0)
-        if task.done():
-            task.result()
-    task.cancel()
-    await asyncio.gather(task, return_exceptions=True)
-    return out
-
-
 def test_source_on_the_fixture_host_emits_bytes_counters_and_device_info() -> None:
     clock = FakeClock()
     src = NicCounters(NicConfig(sysfs_root=FIXTURE, poll_interval_s=0.01), clock=clock)
-    out = asyncio.run(_collect(src, 3, clock))
+    out = asyncio.run(collect_counter_readings(src, 3))
     assert src.method == "sysfs"
     infos = {r.device: r for r in out if isinstance(r, DeviceInfo)}
     assert infos["lo"].skipped == "loopback"

@@ -21,6 +21,7 @@ from collectors.rdma_counters import (
     parse_rate,
     parse_state,
 )
+from tests.sources import collect_counter_readings
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "mlx5-host" / "sys"
 
@@ -108,21 +109,9 @@ def test_hw_counters_are_the_allow_listed_congestion_counters() -> None:
     assert "rx_write_requests" not in hw  # not a congestion signal: left out
 
 
-async def _collect(src: RdmaCounters, n: int) -> list[Reading]:
-    out: list[Reading] = []
-    task = asyncio.create_task(src.run(out.append))
-    while sum(isinstance(r, CounterReading) for r in out) < n:
-        await asyncio.sleep(0)
-        if task.done():
-            task.result()
-    task.cancel()
-    await asyncio.gather(task, return_exceptions=True)
-    return out
-
-
 def test_source_on_the_fixture_host() -> None:
     src = RdmaCounters(RdmaConfig(sysfs_root=FIXTURE), clock=FakeClock())
-    out = asyncio.run(_collect(src, 2))
+    out = asyncio.run(collect_counter_readings(src, 2))
     infos = {r.device: r for r in out if isinstance(r, DeviceInfo)}
     assert infos["bnxt_re0:1"].skipped is not None
     assert infos["mlx5_0:1"].speed_bytes_per_s == 25e9

@@ -197,9 +197,9 @@ def discover_ports(sysfs_root: Path) -> list[RdmaPort]:
             if xmit is None or rcv is None:
                 skipped = "no counters/ directory (no PMA counters, e.g. bnxt_re, iWARP)"
             else:
-                sample = parse_sysfs_int(read_attr(xmit) or b"")
-                if sample is None:
-                    text = (read_attr(xmit) or b"").decode(errors="replace").strip()
+                raw = read_attr(xmit) or b""
+                if parse_sysfs_int(raw) is None:
+                    text = raw.decode(errors="replace").strip()
                     skipped = f"counters unreadable: {text or 'empty'}"
             ports.append(
                 RdmaPort(

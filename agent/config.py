@@ -72,6 +72,12 @@ class AgentSection:
     )
     idle_bytes_per_s: float = doc(10e6, "Below this mean rate, with no period, the host is idle.")
     hostname: str = doc("", "Host name in MQTT topics; empty: the system's host name.")
+    job_id: str = doc(
+        "",
+        "Job this host works for (label job_id of commpulse_job_info, for the fleet rules); "
+        "empty: nccl-<commId> of the largest NCCL communicator in the logs, the same on every "
+        "host of a job.",
+    )
     state_dir: Path = doc(
         Path("/var/lib/commpulse"), "Where the agent keeps state (NCCL log offsets)."
     )
@@ -87,6 +93,8 @@ class AgentSection:
             raise ConfigError("agent.queue_size must be between 64 and 10000000")
         if self.idle_bytes_per_s < 0:
             raise ConfigError("agent.idle_bytes_per_s must not be negative")
+        if len(self.job_id) > 128 or not self.job_id.isprintable():
+            raise ConfigError("agent.job_id must be printable and at most 128 characters")
 
 
 @dataclass(frozen=True)

@@ -55,6 +55,7 @@ def pipeline_settings(config: Config) -> PipelineSettings:
     return PipelineSettings(
         window_s=config.agent.window_s,
         hop_s=config.agent.hop_s,
+        job_id=config.agent.job_id,
         queue_size=config.agent.queue_size,
         counter_rate_hz=max(rates, default=100.0),
     )

@@ -88,6 +88,8 @@ class Estimate:
     overlapped_ratio: float | None = None
     compute_ratio: float | None = None
     bursts: int = 0
+    last_burst_end_s: float | None = None
+    gpu_activity: float | None = None
     bursts_per_period: float | None = None
     burst_resolved: bool = False
     period_cycles: float = 0.0
@@ -127,6 +129,7 @@ class Estimate:
             "exposed_comm_ratio": num(self.exposed_ratio),
             "overlapped_comm_ratio": num(self.overlapped_ratio),
             "compute_ratio": num(self.compute_ratio),
+            "gpu_activity_ratio": num(self.gpu_activity),
             "bursts": self.bursts,
             "bursts_per_period": num(self.bursts_per_period),
             "burst_resolved": self.burst_resolved,
@@ -148,6 +151,37 @@ def _busier(network: Mapping[Direction, GridSeries]) -> tuple[Direction, GridSer
         if mean > best_mean:
             best, best_mean = (d, g), mean
     return best
+
+
+def _last_burst_end(grid: GridSeries, bursts: BurstStats) -> float | None:
+    """End of the newest grid slot above the on/off midpoint, in the grid's time base.
+
+    Taken on the whole window (not the whole-period cut), so that "seconds since the last
+    burst" grows from the moment a job stops talking.
+    """
+    if not bursts.has_bursts:
+        return None
+    threshold = 0.5 * (bursts.on_level + bursts.off_level)
+    above = np.flatnonzero(grid.valid & (grid.rate > threshold))
+    if above.size == 0:
+        return None
+    return grid.t0 + float(above[-1] + 1) * grid.dt
+
+
+def _gpu_activity(gpu: GpuSamples | None) -> tuple[str | None, float | None]:
+    """The best GPU signal and its mean over the window (0..1), bursts or not.
+
+    A job hung in a collective keeps its GPUs busy (NCCL kernels spin) while the network is
+    silent; a finished job leaves them idle: this tells the two apart.
+    """
+    if gpu is None:
+        return None, None
+    name = best_signal(set(gpu.signals))
+    if name is None:
+        return None, None
+    values = gpu.signals[name]
+    finite = values[np.isfinite(values)]
+    return name, (float(finite.mean()) if finite.size else None)
 
 
 def _whole_periods(grid: GridSeries, period: PeriodResult) -> GridSeries:
@@ -232,13 +266,15 @@ def estimate(
     direction: str | None = None
     grid: GridSeries | None = None
     period_source: str | None = None
+    last_burst_end: float | None = None
     chosen = _busier(inputs.network) if inputs.network else None
     if chosen is not None:
-        direction, grid = chosen
-        period = estimate_period(grid.rate, grid.dt, t0=grid.t0, settings=cfg)
+        direction, full_grid = chosen
+        period = estimate_period(full_grid.rate, full_grid.dt, t0=full_grid.t0, settings=cfg)
         period_source = inputs.network_source
-        grid = _whole_periods(grid, period)
+        grid = _whole_periods(full_grid, period)
         bursts = burst_stats(grid.rate, grid.dt, period.period_s)
+        last_burst_end = _last_burst_end(full_grid, bursts)
         if grid.resets:
             warnings.append(f"{grid.resets} counter reset(s): those intervals were left out")
     elif mix is not None:
@@ -265,25 +301,29 @@ def estimate(
         )
 
     split: DutySplit | None = None
-    gpu_signal: str | None = None
-    if inputs.gpu is not None and grid is not None and bursts is not None and bursts.has_bursts:
-        gpu_signal = best_signal(set(inputs.gpu.signals))
-        if gpu_signal is not None:
-            windows = gpu_windows(inputs.gpu.times, inputs.gpu.gpu, inputs.gpu.signals[gpu_signal])
-            phases = [v for v in (bursts.mean_burst_s, bursts.mean_gap_s) if v is not None]
-            shortest = min(phases) if phases else None
-            split = split_duty(
-                grid.rate,
-                grid.t0,
-                grid.dt,
-                bursts.off_level,
-                bursts.on_level,
-                windows,
-                signal=gpu_signal,
-                shortest_phase_s=shortest,
-            )
-            if split.reason:
-                warnings.append(split.reason)
+    gpu_signal, activity = _gpu_activity(inputs.gpu)
+    if (
+        inputs.gpu is not None
+        and gpu_signal is not None
+        and grid is not None
+        and bursts is not None
+        and bursts.has_bursts
+    ):
+        windows = gpu_windows(inputs.gpu.times, inputs.gpu.gpu, inputs.gpu.signals[gpu_signal])
+        phases = [v for v in (bursts.mean_burst_s, bursts.mean_gap_s) if v is not None]
+        shortest = min(phases) if phases else None
+        split = split_duty(
+            grid.rate,
+            grid.t0,
+            grid.dt,
+            bursts.off_level,
+            bursts.on_level,
+            windows,
+            signal=gpu_signal,
+            shortest_phase_s=shortest,
+        )
+        if split.reason:
+            warnings.append(split.reason)
 
     # D is communication time per period: without a period it is undefined (the network
     # on-fraction is still reported on its own).
@@ -334,6 +374,8 @@ def estimate(
         overlapped_ratio=split.overlapped if split is not None else None,
         compute_ratio=split.compute_fraction if split is not None else None,
         bursts=bursts.bursts if bursts is not None else 0,
+        last_burst_end_s=last_burst_end,
+        gpu_activity=activity,
         bursts_per_period=bursts_per_period,
         burst_resolved=bool(bursts is not None and bursts.resolved),
         period_cycles=period.cycles if period is not None else 0.0,

@@ -54,6 +54,7 @@ class SnapshotCollector(Collector):
         if snap is None:
             return
         yield from self._health(snap)
+        yield from _job_families(snap)
         yield from _device_families(snap.devices)
         est = snap.estimate
         if est is None:
@@ -89,6 +90,15 @@ class SnapshotCollector(Collector):
                    "was computed over.", est.window_s),
         ]  # fmt: skip
         yield from (f for f in families if f is not None)
+        if est.gpu_activity is not None and est.gpu_signal is not None:
+            activity = GaugeMetricFamily(
+                "commpulse_gpu_activity_ratio",
+                "Mean of the best GPU activity signal over the window, bursts or not (util "
+                "counts spinning NCCL kernels as busy: a hung collective keeps it high).",
+                labels=["signal"],
+            )
+            activity.add_metric([est.gpu_signal], est.gpu_activity)
+            yield activity
         regime = GaugeMetricFamily(
             "commpulse_workload_regime",
             "1 for the current workload regime, 0 for the others.",
@@ -163,6 +173,26 @@ class SnapshotCollector(Collector):
         yield count
         if snap.sinks:
             yield from _sink_families(snap)
+
+
+def _job_families(snap: Snapshot) -> Iterator[Metric]:
+    """Which job the host works for, and when its traffic last burst (for the stall alert)."""
+    if snap.job_id is not None:
+        job = InfoMetricFamily(
+            "commpulse_job",
+            "The job this host works for: job_id from the config or nccl-<commId>; the fleet "
+            "recording rules join on it.",
+        )
+        job.add_metric([], {"job_id": snap.job_id, "job_id_source": snap.job_id_source or ""})
+        yield job
+    if snap.last_burst_wall_s is not None:
+        last = GaugeMetricFamily(
+            "commpulse_last_burst_timestamp_seconds",
+            "Unix time the last communication burst ended; time() minus this grows while a "
+            "job is stalled.",
+        )
+        last.add_metric([], snap.last_burst_wall_s)
+        yield last
 
 
 def _sink_families(snap: Snapshot) -> Iterator[Metric]:

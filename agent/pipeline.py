@@ -112,6 +112,11 @@ class Snapshot:
     devices: tuple[DeviceStatus, ...] = ()
     network_source: str | None = None
     sinks: tuple[SinkHealth, ...] = ()
+    #: The job this host works for: from the config (``agent.job_id``) or NCCL's commId.
+    job_id: str | None = None
+    job_id_source: str | None = None
+    #: Wall-clock time (Unix seconds) the last burst ended: a stalled job stops moving it.
+    last_burst_wall_s: float | None = None
 
 
 class SnapshotStore:
@@ -145,6 +150,7 @@ class PipelineSettings:
     min_window_s: float = 2.0
     backoff_initial_s: float = 0.5
     backoff_max_s: float = 30.0
+    job_id: str = ""
     restart_periods: float = 5.0
 
 
@@ -189,6 +195,8 @@ class Pipeline:
         self._tracker = PeriodTracker()
         self._stop = asyncio.Event()
         self._estimates = 0
+        self._last_burst_wall: float | None = None
+        self._job_comm_id: str | None = None
         self.estimator_errors = 0
         self._tg: asyncio.TaskGroup | None = None
         self._tasks: dict[str, asyncio.Task[None]] = {}
@@ -364,6 +372,7 @@ class Pipeline:
         if grids:
             since = min(g.t0 for g in grids.values())
         mix = st.calls.mix(since=since)
+        self._job_comm_id = st.calls.job_comm_id(since=since)
         if not grids and mix is None:
             return source, None
         span = max((g.duration_s for g in grids.values()), default=0.0)
@@ -392,6 +401,11 @@ class Pipeline:
                 log.exception("estimator failed on this window; keeping the last snapshot")
                 continue
             took = time.perf_counter() - began
+            if est.last_burst_end_s is not None:
+                # Grid times are the clock's; the alert compares with Prometheus' time().
+                wall = time.time() - (self._clock.now() - est.last_burst_end_s)
+                if self._last_burst_wall is None or wall > self._last_burst_wall:
+                    self._last_burst_wall = wall
             update = self._tracker.update(est.period_s)
             if update.changed and update.period_s is not None:
                 keep_from = self._clock.now() - self._cfg.restart_periods * update.period_s
@@ -416,6 +430,7 @@ class Pipeline:
     def _publish(
         self, est: Estimate | None, took: float, *, locked: bool, source: str | None
     ) -> None:
+        job_id, job_source = self.job()
         snap = Snapshot(
             estimate=est,
             time_s=self._clock.now(),
@@ -427,6 +442,9 @@ class Pipeline:
             devices=tuple(self._state.devices.hop()),
             network_source=source,
             sinks=tuple(replace(k.health) for k in self._sinks.values()),
+            job_id=job_id,
+            job_id_source=job_source,
+            last_burst_wall_s=self._last_burst_wall,
         )
         self._store.publish(snap)
         for sink in self._sinks.values():
@@ -436,6 +454,14 @@ class Pipeline:
                 self._on_snapshot(snap)
             except Exception:
                 log.exception("snapshot callback failed")
+
+    def job(self) -> tuple[str | None, str | None]:
+        """(job id, where it came from): the configured one, else the NCCL commId."""
+        if self._cfg.job_id:
+            return self._cfg.job_id, "config"
+        if self._job_comm_id is not None:
+            return f"nccl-{self._job_comm_id}", "nccl"
+        return None, None
 
     async def run(self) -> None:
         """Run until :meth:`stop`; cancels every task on the way out."""

@@ -40,6 +40,8 @@ def estimate_message(snapshot: Snapshot, host: str) -> bytes:
         locked=snapshot.locked,
         network_source=snapshot.network_source,
         agent_version=__version__,
+        job_id=snapshot.job_id,
+        last_burst_time=snapshot.last_burst_wall_s,
     )
     return json.dumps(body, separators=(",", ":"), allow_nan=False).encode()
 

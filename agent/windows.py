@@ -244,6 +244,24 @@ class CollectiveWindow:
         self.totals: dict[str, tuple[int, int]] = {}
         self.nranks: int | None = None
         self.processes: set[str] = set()
+        self._comms: dict[str, tuple[int, float]] = {}  # commId → (nranks, last call time)
+
+    def _see_comm(self, comm_id: str | None, nranks: int | None, time_s: float) -> None:
+        if comm_id is None:
+            return
+        if comm_id not in self._comms and len(self._comms) >= 256:
+            oldest = min(self._comms, key=lambda k: self._comms[k][1])
+            del self._comms[oldest]
+        self._comms[comm_id] = (nranks or 0, time_s)
+
+    def job_comm_id(self, since: float | None = None) -> str | None:
+        """The commId of the largest communicator that made calls since ``since`` (the job's).
+
+        Ties go to the smallest id, so every host of a job names the same communicator; a
+        communicator that went quiet stops naming the job (a new job on the host takes over).
+        """
+        live = [(-n, cid) for cid, (n, t) in self._comms.items() if since is None or t >= since]
+        return min(live)[1] if live else None
 
     def add(self, call: CollectiveCall) -> None:
         """Account one COLL line."""
@@ -251,6 +269,7 @@ class CollectiveWindow:
         self.totals[call.op] = (count + 1, nbytes + (call.s_bytes or 0))
         if call.nranks is not None:
             self.nranks = max(self.nranks or 0, call.nranks)
+        self._see_comm(call.comm_id, call.nranks, call.time_s)
         self.processes.add(str(call.extra.get("process", call.comm)))
         size = float(call.s_bytes) if call.s_bytes is not None else np.nan
         self._ring.append((call.time_s, size))
@@ -263,6 +282,7 @@ class CollectiveWindow:
         if batch.nranks is not None:
             self.nranks = max(self.nranks or 0, batch.nranks)
         self.processes.update(batch.processes)
+        self._see_comm(batch.comm_id, batch.nranks, batch.time_s)
         if batch.times.size:
             self._ring.extend(np.column_stack((batch.times, batch.s_bytes)))
 

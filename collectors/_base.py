@@ -82,6 +82,8 @@ class CollectiveCall:
     nranks: int | None
     comm: str = ""
     extra: Mapping[str, object] = field(default_factory=dict)
+    #: NCCL's commId of the communicator (the same on every host of the job), when known.
+    comm_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,7 +91,9 @@ class CallBatch:
     """Many collective calls at once (a tailer sweep): cheaper than one reading per call.
 
     ``times`` and ``s_bytes`` hold one entry per call (NaN bytes where S is unknown); ``ops``
-    maps op → (calls, bytes) within the batch.
+    maps op → (calls, bytes) within the batch. ``comm_id`` is the commId of the largest
+    communicator that made a call in the batch (the job's world communicator), when an Init line
+    named it.
     """
 
     times: npt.NDArray[np.float64]
@@ -97,6 +101,7 @@ class CallBatch:
     ops: Mapping[str, tuple[int, int]]
     nranks: int | None
     processes: frozenset[str]
+    comm_id: str | None = None
 
     @property
     def time_s(self) -> float:

@@ -825,11 +825,23 @@ class LiveDecoder:
     :func:`parse_records`. WARN lines and lines that mention NCCL but do not decode are counted.
     """
 
+    #: Communicators remembered for :meth:`comm_id` (a job makes a handful; a bound all the same).
+    MAX_COMMS = 4096
+
     def __init__(self) -> None:
         self._shapes: dict[tuple[str, str, str, str], tuple[int | None, int]] = {}
         self._seconds: dict[str, float | None] = {}
+        self._comm_ids: dict[tuple[str, str], str] = {}
         self.warn_lines = 0
         self.unparsed_lines = 0
+
+    def comm_id(self, process: str, comm: str) -> str | None:
+        """The ``commId`` an Init line gave this process's comm pointer (NCCL 2.16+), if any.
+
+        The commId hashes the job's unique id, so every host of a job sees the same value:
+        it names the job without any help from the scheduler.
+        """
+        return self._comm_ids.get((process, comm))
 
     def _time(self, sec: str | None, frac: str | None) -> float | None:
         if sec is None:
@@ -877,6 +889,10 @@ class LiveDecoder:
                                       event.comm, process))  # fmt: skip
             elif isinstance(event, WarnLine):
                 self.warn_lines += 1
+            elif isinstance(event, InitLine) and event.comm_id is not None:
+                if len(self._comm_ids) >= self.MAX_COMMS:
+                    self._comm_ids.clear()
+                self._comm_ids[(f"{event.host}:{event.pid}", event.comm)] = event.comm_id
         return out
 
 

@@ -338,6 +338,16 @@ class Tailer:
         self._files.clear()
 
 
+def _job_comm_id(decoder: LiveDecoder, comms: set[tuple[str, str]]) -> str | None:
+    """The commId of the largest communicators' calls.
+
+    The smallest id on a tie, so that every host of a job that sees the same communicators
+    names the same one.
+    """
+    ids = {cid for process, comm in comms if (cid := decoder.comm_id(process, comm)) is not None}
+    return min(ids) if ids else None
+
+
 class NcclTail:
     """The NCCL log source: tails the files and emits one reading per COLL record."""
 
@@ -392,6 +402,7 @@ class NcclTail:
             ops: dict[str, list[int]] = {}
             nranks: int | None = None
             processes: set[str] = set()
+            world: set[tuple[str, str]] = set()  # (process, comm) of the largest comms
             for path, line in tailer.poll():
                 if self._raw:
                     out.append(LogLine(arrival, path, line))
@@ -404,8 +415,12 @@ class NcclTail:
                         entry = ops[call.op] = [0, 0]
                     entry[0] += 1
                     entry[1] += size or 0
-                    if call.nranks is not None and (nranks is None or call.nranks > nranks):
-                        nranks = call.nranks
+                    if call.nranks is not None:
+                        if nranks is None or call.nranks > nranks:
+                            nranks = call.nranks
+                            world.clear()
+                        if call.nranks == nranks:
+                            world.add((call.process, call.comm))
                     processes.add(call.process)
             if times:
                 tailer.stats.coll_lines += len(times)
@@ -416,6 +431,7 @@ class NcclTail:
                         ops={op: (c, b) for op, (c, b) in ops.items()},
                         nranks=nranks,
                         processes=frozenset(processes),
+                        comm_id=_job_comm_id(decoder, world),
                     )
                 )
             tailer.stats.warn_lines = decoder.warn_lines

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from agent.clock import Clock, Ticker
+from agent.simulator.nccl_writer import job_comm_id
 from agent.simulator.params import JobParams, resolve
 from agent.simulator.sampling import Cumulative
 from agent.simulator.schedule import (
@@ -147,6 +148,7 @@ class SimulatedCollectives:
         p = job.schedule.params
         self._times = np.array([c.time_s - p.start_time_s for c in calls])
         self._calls = calls
+        self._comm_id = f"{job_comm_id(p.seed):x}"
 
     async def run(self, emit: Emit) -> None:
         """Replay calls in real time (checked every 10 ms) until cancelled."""
@@ -171,6 +173,7 @@ class SimulatedCollectives:
                         nranks=nranks,
                         comm=f"rank{c.local_rank}",
                         extra={"process": f"{p.hostname}:{c.local_rank}"},
+                        comm_id=self._comm_id,
                     )
                 )
                 idx += 1

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Final
 
-__all__ = ["LoggedCall", "render_nccl_log"]
+__all__ = ["LoggedCall", "job_comm_id", "render_nccl_log"]
 
 # Bytes per element by NCCL datatype id (src/nccl.h.in, ncclTypeSize). Only used to lay out
 # plausible buffer addresses; an unknown id is rendered as given, with 1-byte elements.
@@ -122,6 +122,11 @@ def _check_call(call: LoggedCall, local_ranks: int) -> None:
         raise ValueError(f"{call}: time_s must be finite")
 
 
+def job_comm_id(seed: int) -> int:
+    """The commId of a simulated job's world communicator: one value per seed, on every host."""
+    return random.Random(f"commpulse-nccl-job:{seed}").getrandbits(64) | 1
+
+
 def render_nccl_log(
     calls: Iterable[LoggedCall],
     *,
@@ -177,7 +182,7 @@ def _render(
     cuda: str,
 ) -> Iterator[str]:
     rng = random.Random(f"commpulse-nccl-host:{seed}:{host}")
-    comm_id = random.Random(f"commpulse-nccl-job:{seed}").getrandbits(64) | 1
+    comm_id = job_comm_id(seed)
     nics = max(1, min(local_ranks, 8))
     base_pid = rng.randrange(10_000, 3_000_000)
     ranks = []

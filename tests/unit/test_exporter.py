@@ -91,3 +91,37 @@ def test_promtool_check_metrics_is_clean() -> None:
         [promtool, "check", "metrics"], input=text, capture_output=True, text=True, check=False
     )
     assert res.returncode == 0, res.stdout + res.stderr
+
+
+def _snapshot_exposition(**kw: object) -> str:
+    store = SnapshotStore()
+    base: dict[str, object] = {
+        "estimate": _estimate(gpu_signal="sm_active", gpu_activity=0.62),
+        "time_s": 1.0,
+        "wall_time_s": 1_800_000_000.0,
+        "estimator_seconds": 0.01,
+        "sources": (),
+    }
+    base.update(kw)
+    store.publish(Snapshot(**base))  # type: ignore[arg-type]
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(SnapshotCollector(store))
+    return generate_latest(registry).decode()
+
+
+def test_job_identity_and_last_burst_are_exported_for_the_fleet_rules() -> None:
+    text = _snapshot_exposition(
+        job_id="nccl-5a9e03b1", job_id_source="nccl", last_burst_wall_s=1_799_999_998.5
+    )
+    s = _samples(text)
+    key = (("job_id", "nccl-5a9e03b1"), ("job_id_source", "nccl"))
+    assert s[("commpulse_job_info", key)] == 1.0
+    assert s[("commpulse_last_burst_timestamp_seconds", ())] == 1_799_999_998.5
+    assert s[("commpulse_gpu_activity_ratio", (("signal", "sm_active"),))] == 0.62
+
+
+def test_no_job_and_no_burst_yet_export_nothing_rather_than_a_fake_value() -> None:
+    text = _snapshot_exposition(estimate=_estimate())
+    assert "commpulse_job_info" not in text
+    assert "commpulse_last_burst_timestamp_seconds" not in text
+    assert "commpulse_gpu_activity_ratio" not in text

@@ -1,0 +1,572 @@
+"""Generate deploy/grafana/commpulse.json with Grafana's own SDK (grafana-foundation-sdk).
+
+Run ``python deploy/grafana/build_dashboard.py > deploy/grafana/commpulse.json`` after a
+change; the tests regenerate it and fail when the committed JSON differs, and check every
+query with promtool and against a real Prometheus scraping the agent.
+
+The dashboard reads the agent's metrics (DESIGN.md) and the recording rules of
+deploy/prometheus/commpulse-rules.yml. Variables: ``datasource`` (any Prometheus),
+``instance`` (hosts running the agent), ``job_id`` (jobs, for the fleet row).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass
+
+from grafana_foundation_sdk.builders import common as cb
+from grafana_foundation_sdk.builders import dashboard as db
+from grafana_foundation_sdk.builders import prometheus, stat, statetimeline, timeseries
+from grafana_foundation_sdk.cog.encoder import JSONEncoder
+from grafana_foundation_sdk.models import common as cm
+from grafana_foundation_sdk.models import dashboard as dm
+
+UID = "commpulse-main"
+DATASOURCE = dm.DataSourceRef(type_val="prometheus", uid="${datasource}")
+HOSTS = 'instance=~"$instance"'
+#: Rows are 24 units wide; panels of one row share its width.
+WIDTH = 24
+
+
+@dataclass(frozen=True)
+class Query:
+    """One PromQL target: the expression and its legend."""
+
+    expr: str
+    legend: str = ""
+
+
+def _target(q: Query, ref: str) -> prometheus.Dataquery:
+    t = prometheus.Dataquery().expr(q.expr).ref_id(ref).datasource(DATASOURCE).range()
+    return t.legend_format(q.legend) if q.legend else t
+
+
+def _thresholds(*steps: tuple[float | None, str]) -> db.ThresholdsConfig:
+    return (
+        db.ThresholdsConfig()
+        .mode(dm.ThresholdsMode.ABSOLUTE)
+        .steps([dm.Threshold(value=v, color=c) for v, c in steps])
+    )
+
+
+def _legend() -> cb.VizLegendOptions:
+    return (
+        cb.VizLegendOptions()
+        .display_mode(cm.LegendDisplayMode.LIST)
+        .placement(cm.LegendPlacement.BOTTOM)
+        .show_legend(True)
+    )
+
+
+def series(
+    title: str,
+    description: str,
+    queries: list[Query],
+    *,
+    unit: str,
+    width: int = 12,
+    height: int = 8,
+    threshold: float | None = None,
+    stacked: bool = False,
+    max_value: float | None = None,
+) -> timeseries.Panel:
+    """A time-series panel; ``threshold`` draws a dashed red line (the D = 0.5 boundary)."""
+    p = (
+        timeseries.Panel()
+        .title(title)
+        .description(description)
+        .datasource(DATASOURCE)
+        .unit(unit)
+        .span(width)
+        .height(height)
+        .legend(_legend())
+        .line_width(1)
+        .fill_opacity(10 if not stacked else 40)
+        .min(0)
+    )
+    if max_value is not None:
+        p = p.max(max_value)
+    if threshold is not None:
+        p = p.thresholds(_thresholds((None, "green"), (threshold, "red"))).thresholds_style(
+            cb.GraphThresholdsStyleConfig().mode(cm.GraphThresholdsStyleMode.DASHED)
+        )
+    if stacked:
+        p = p.stacking(cb.StackingConfig().mode(cm.StackingMode.NORMAL))
+    for i, q in enumerate(queries):
+        p = p.with_target(_target(q, chr(ord("A") + i)))
+    return p
+
+
+def single(
+    title: str,
+    description: str,
+    query: Query,
+    *,
+    unit: str,
+    thresholds: tuple[tuple[float | None, str], ...] = ((None, "blue"),),
+    width: int = 4,
+) -> stat.Panel:
+    """A stat panel with the last value (one per host)."""
+    return (
+        stat.Panel()
+        .title(title)
+        .description(description)
+        .datasource(DATASOURCE)
+        .unit(unit)
+        .span(width)
+        .height(4)
+        .color_mode(cm.BigValueColorMode.VALUE)
+        .graph_mode(cm.BigValueGraphMode.AREA)
+        .text_mode(cm.BigValueTextMode.VALUE_AND_NAME)
+        .reduce_options(cb.ReduceDataOptions().calcs(["lastNotNull"]).values(False))
+        .thresholds(_thresholds(*thresholds))
+        .with_target(_target(query, "A"))
+    )
+
+
+def states(title: str, description: str, query: Query, *, width: int = 12) -> statetimeline.Panel:
+    """A state timeline of a 0/1 series per label (regime, source up)."""
+    mappings: list[dm.ValueMapping] = [
+        dm.ValueMap(
+            options={
+                "0": dm.ValueMappingResult(text="off", color="transparent", index=0),
+                "1": dm.ValueMappingResult(text="on", color="green", index=1),
+            }
+        )
+    ]
+    return (
+        statetimeline.Panel()
+        .title(title)
+        .description(description)
+        .datasource(DATASOURCE)
+        .span(width)
+        .height(6)
+        .mappings(mappings)
+        .with_target(_target(query, "A"))
+    )
+
+
+def _variables(d: db.Dashboard) -> db.Dashboard:
+    return (
+        d.with_variable(db.DatasourceVariable("datasource").label("Data source").type("prometheus"))
+        .with_variable(
+            db.QueryVariable("instance")
+            .label("Host")
+            .datasource(DATASOURCE)
+            .query("label_values(commpulse_build_info, instance)")
+            .refresh(dm.VariableRefresh.ON_TIME_RANGE_CHANGED)
+            .sort(dm.VariableSort.ALPHABETICAL_ASC)
+            .multi(True)
+            .include_all(True)
+            .all_value(".*")
+        )
+        .with_variable(
+            db.QueryVariable("job_id")
+            .label("Job")
+            .datasource(DATASOURCE)
+            .query("label_values(commpulse_job_info, job_id)")
+            .refresh(dm.VariableRefresh.ON_TIME_RANGE_CHANGED)
+            .sort(dm.VariableSort.ALPHABETICAL_ASC)
+            .multi(True)
+            .include_all(True)
+            .all_value(".*")
+        )
+    )
+
+
+def build() -> db.Dashboard:
+    """The whole dashboard."""
+    d = (
+        db.Dashboard("commpulse: collective communication")
+        .uid(UID)
+        .description(
+            "T (sync period), B (burst bandwidth) and D (communication duty cycle) of the "
+            "collective traffic on each GPU host, from the commpulse agent. D > 0.5: the "
+            "network is the bottleneck."
+        )
+        .tags(["commpulse", "gpu", "nccl", "network"])
+        .time("now-3h", "now")
+        .refresh("30s")
+        .tooltip(dm.DashboardCursorSync.CROSSHAIR)
+        .link(
+            db.DashboardLink("commpulse README")
+            .type(dm.DashboardLinkType.LINK)
+            .url("https://github.com/commpulse/commpulse#alerts")
+        )
+    )
+    d = _variables(d)
+    d = d.annotation(
+        db.AnnotationQuery()
+        .name("commpulse alerts")
+        .datasource(DATASOURCE)
+        .enable(True)
+        .icon_color("red")
+        .expr(f'ALERTS{{alertname=~"Commpulse.*", alertstate="firing", {HOSTS}}}')
+    )
+
+    d = d.with_row(db.Row("T, B, D"))
+    d = (
+        d.with_panel(
+            single(
+                "D: duty cycle",
+                "Communication time / T. Above 0.5 the network, not the GPUs, sets the step time.",
+                Query(f"commpulse_duty_cycle_ratio{{{HOSTS}}}", "{{instance}}"),
+                unit="percentunit",
+                thresholds=((None, "green"), (0.35, "yellow"), (0.5, "red")),
+            )
+        )
+        .with_panel(
+            single(
+                "T: sync period",
+                "Step time: burst start to burst start. Absent while no period is detected.",
+                Query(f"commpulse_sync_period_seconds{{{HOSTS}}}", "{{instance}}"),
+                unit="s",
+            )
+        )
+        .with_panel(
+            single(
+                "B: burst bandwidth",
+                "Link bandwidth while a burst is in progress (busier direction, all devices).",
+                Query(f"commpulse_burst_bandwidth_bytes_per_second{{{HOSTS}}}", "{{instance}}"),
+                unit="Bps",
+            )
+        )
+        .with_panel(
+            single(
+                "Confidence of T",
+                "How sure the estimator is of T (0..1); D is only alerted on above 0.5.",
+                Query(f"commpulse_period_confidence_ratio{{{HOSTS}}}", "{{instance}}"),
+                unit="percentunit",
+                thresholds=((None, "orange"), (0.5, "green")),
+            )
+        )
+        .with_panel(
+            single(
+                "V: bytes per step",
+                "Bytes on the wire per step, B·D·T.",
+                Query(f"commpulse_iteration_bytes{{{HOSTS}}}", "{{instance}}"),
+                unit="bytes",
+            )
+        )
+        .with_panel(
+            single(
+                "Since last burst",
+                "Seconds since the last communication burst ended: grows while a job is stalled.",
+                Query(
+                    f"instance:commpulse_seconds_since_last_burst:estimate{{{HOSTS}}}",
+                    "{{instance}}",
+                ),
+                unit="s",
+                thresholds=((None, "green"), (60, "orange"), (300, "red")),
+            )
+        )
+    )
+    d = (
+        d.with_panel(
+            series(
+                "D: communication duty cycle",
+                "D per host with the 0.5 line: above it the job is network-bound. Network on is "
+                "the fraction of time in a burst; exposed is the part not hidden by compute.",
+                [
+                    Query(f"commpulse_duty_cycle_ratio{{{HOSTS}}}", "D {{instance}}"),
+                    Query(f"commpulse_network_on_ratio{{{HOSTS}}}", "network on {{instance}}"),
+                ],
+                unit="percentunit",
+                threshold=0.5,
+                max_value=1,
+            )
+        )
+        .with_panel(
+            series(
+                "T: sync period",
+                "Step time per host; the inner period is the layer or micro-step spacing of a "
+                "nested step (ZeRO-3, gradient accumulation).",
+                [
+                    Query(f"commpulse_sync_period_seconds{{{HOSTS}}}", "T {{instance}}"),
+                    Query(f"commpulse_inner_period_seconds{{{HOSTS}}}", "inner {{instance}}"),
+                ],
+                unit="s",
+            )
+        )
+        .with_panel(
+            series(
+                "B: burst bandwidth and link rate",
+                "B against the rate of the links that carried traffic in the last 5 minutes, "
+                "and the mean bandwidth (what average-based tools show).",
+                [
+                    Query(
+                        f"commpulse_burst_bandwidth_bytes_per_second{{{HOSTS}}}", "B {{instance}}"
+                    ),
+                    Query(
+                        f"instance:commpulse_link_speed_bytes_per_second:active{{{HOSTS}}}",
+                        "link rate {{instance}}",
+                    ),
+                    Query(
+                        f"commpulse_mean_bandwidth_bytes_per_second{{{HOSTS}}}",
+                        "mean {{instance}}",
+                    ),
+                ],
+                unit="Bps",
+            )
+        )
+        .with_panel(
+            states(
+                "Workload regime",
+                "training: a square wave; finetune: dense per-layer collectives; inference: "
+                "random short bursts; idle: no traffic.",
+                Query(f"commpulse_workload_regime{{{HOSTS}}} == 1", "{{instance}} {{regime}}"),
+            )
+        )
+    )
+
+    d = d.with_row(db.Row("Traffic"))
+    d = (
+        d.with_panel(
+            series(
+                "Bandwidth per device",
+                "Last-hop bandwidth of each NIC / RDMA port and direction.",
+                [
+                    Query(
+                        f"commpulse_device_bandwidth_bytes_per_second{{{HOSTS}}}",
+                        "{{instance}} {{device}}:{{port}} {{direction}}",
+                    )
+                ],
+                unit="Bps",
+            )
+        )
+        .with_panel(
+            series(
+                "Link utilisation per device",
+                "Last-hop bandwidth as a fraction of the link rate.",
+                [
+                    Query(
+                        f"commpulse_device_link_utilisation_ratio{{{HOSTS}}}",
+                        "{{instance}} {{device}}:{{port}} {{direction}}",
+                    )
+                ],
+                unit="percentunit",
+                max_value=1,
+            )
+        )
+        .with_panel(
+            series(
+                "Collective mix (bytes)",
+                "Collective size S per second by op, from the NCCL log (nccl-tests definition).",
+                [
+                    Query(
+                        f"sum by (op) (rate(commpulse_collective_bytes_total{{{HOSTS}}}"
+                        "[$__rate_interval]))",
+                        "{{op}}",
+                    )
+                ],
+                unit="Bps",
+                stacked=True,
+            )
+        )
+        .with_panel(
+            series(
+                "Collective calls",
+                "COLL lines per second by op (one per calling rank).",
+                [
+                    Query(
+                        f"sum by (op) (rate(commpulse_collective_calls_total{{{HOSTS}}}"
+                        "[$__rate_interval]))",
+                        "{{op}}",
+                    )
+                ],
+                unit="ops",
+                stacked=True,
+            )
+        )
+        .with_panel(
+            series(
+                "GPU compute vs communication",
+                "Fractions of time: GPUs computing, communication hidden by compute "
+                "(overlapped) and communication the GPUs wait for (exposed). Needs an SM- or "
+                "tensor-activity signal; GPU activity is the raw mean of the best signal.",
+                [
+                    Query(f"commpulse_gpu_compute_ratio{{{HOSTS}}}", "compute {{instance}}"),
+                    Query(f"commpulse_overlapped_comm_ratio{{{HOSTS}}}", "overlapped {{instance}}"),
+                    Query(f"commpulse_exposed_comm_ratio{{{HOSTS}}}", "exposed {{instance}}"),
+                    Query(
+                        f"commpulse_gpu_activity_ratio{{{HOSTS}}}",
+                        "GPU activity ({{signal}}) {{instance}}",
+                    ),
+                ],
+                unit="percentunit",
+                max_value=1,
+            )
+        )
+        .with_panel(
+            series(
+                "RoCE congestion and transport errors",
+                "CNPs per second and port (DCQCN throttling), and the retransmission signals.",
+                [
+                    Query(
+                        f"instance_device:commpulse_rdma_cnp:rate5m{{{HOSTS}}}",
+                        "CNP {{instance}} {{device}}:{{port}}",
+                    ),
+                    Query(
+                        "sum by (instance, device, port, counter) ("
+                        f"rate(commpulse_rdma_hw_events_total{{{HOSTS}, "
+                        'counter=~"out_of_sequence|packet_seq_err|local_ack_timeout_err'
+                        '|roce_adp_retrans|rnr_nak_retry_err"}[$__rate_interval]))',
+                        "{{counter}} {{instance}} {{device}}:{{port}}",
+                    ),
+                ],
+                unit="cps",
+            )
+        )
+    )
+
+    d = d.with_row(db.Row("Fleet: jobs"))
+    jobs = 'job_id=~"$job_id"'
+    d = (
+        d.with_panel(
+            series(
+                "Job D (mean and worst host)",
+                "D over the job's hosts (commpulse_job_info groups hosts by job_id).",
+                [
+                    Query(f"job_id:commpulse_duty_cycle_ratio:avg{{{jobs}}}", "mean {{job_id}}"),
+                    Query(f"job_id:commpulse_duty_cycle_ratio:max{{{jobs}}}", "max {{job_id}}"),
+                ],
+                unit="percentunit",
+                threshold=0.5,
+                max_value=1,
+            )
+        )
+        .with_panel(
+            series(
+                "Job T and B",
+                "Mean T and mean/slowest-host B of each job.",
+                [
+                    Query(f"job_id:commpulse_sync_period_seconds:avg{{{jobs}}}", "T {{job_id}}"),
+                ],
+                unit="s",
+                width=6,
+            )
+        )
+        .with_panel(
+            series(
+                "Job B",
+                "Mean and slowest-host burst bandwidth of each job.",
+                [
+                    Query(
+                        f"job_id:commpulse_burst_bandwidth_bytes_per_second:avg{{{jobs}}}",
+                        "mean {{job_id}}",
+                    ),
+                    Query(
+                        f"job_id:commpulse_burst_bandwidth_bytes_per_second:min{{{jobs}}}",
+                        "min {{job_id}}",
+                    ),
+                ],
+                unit="Bps",
+                width=6,
+            )
+        )
+        .with_panel(
+            series(
+                "Stragglers: compute time per step over the job median",
+                "Each host's compute time per step relative to its job's median host; the "
+                "straggler is the top line (everyone else waits for it).",
+                [
+                    Query(
+                        f"instance:commpulse_compute_excess_over_job_median:ratio{{{jobs}}}",
+                        "{{job_id}} {{instance}}",
+                    ),
+                    Query(
+                        f"job_id:commpulse_compute_seconds_per_step:spread_ratio{{{jobs}}}",
+                        "spread {{job_id}}",
+                    ),
+                ],
+                unit="percentunit",
+            )
+        )
+        .with_panel(
+            series(
+                "Share of jobs that are network-bound",
+                "Jobs whose mean D is above 0.5, over all jobs with a job_id.",
+                [
+                    Query("cluster:commpulse_jobs_network_bound:ratio", "share"),
+                    Query("cluster:commpulse_jobs_network_bound:count", "network-bound jobs"),
+                    Query("cluster:commpulse_jobs:count", "jobs"),
+                ],
+                unit="short",
+            )
+        )
+    )
+
+    d = d.with_row(db.Row("Agent health"))
+    return (
+        d.with_panel(
+            states(
+                "Sources up",
+                "1 while a source delivers data. A down source is retried with backoff; the "
+                "others keep running.",
+                Query(f"commpulse_source_up{{{HOSTS}}}", "{{instance}} {{source}}"),
+            )
+        )
+        .with_panel(
+            series(
+                "Source errors and dropped readings",
+                "Failures per second by source, and readings dropped because the queue was full.",
+                [
+                    Query(
+                        f"rate(commpulse_source_errors_total{{{HOSTS}}}[$__rate_interval])",
+                        "errors {{instance}} {{source}}",
+                    ),
+                    Query(
+                        f"rate(commpulse_discarded_samples_total{{{HOSTS}}}[$__rate_interval])",
+                        "dropped {{instance}} {{source}}",
+                    ),
+                ],
+                unit="cps",
+            )
+        )
+        .with_panel(
+            series(
+                "Estimator",
+                "Run time of the last estimate and the age of the published one.",
+                [
+                    Query(
+                        f"commpulse_estimator_duration_seconds{{{HOSTS}}}",
+                        "run time {{instance}}",
+                    ),
+                    Query(f"commpulse_estimate_age_seconds{{{HOSTS}}}", "age {{instance}}"),
+                ],
+                unit="s",
+            )
+        )
+        .with_panel(
+            series(
+                "Scrapes and MQTT",
+                "Prometheus' own up for the agents, and the MQTT sink's connection.",
+                [
+                    Query(f'up{{job="commpulse", {HOSTS}}}', "scrape up {{instance}}"),
+                    Query(
+                        f"commpulse_export_connected{{{HOSTS}}}",
+                        "{{sink}} connected {{instance}}",
+                    ),
+                    Query(
+                        f"rate(commpulse_export_dropped_total{{{HOSTS}}}[$__rate_interval])",
+                        "{{sink}} dropped/s {{instance}}",
+                    ),
+                ],
+                unit="short",
+            )
+        )
+    )
+
+
+def render() -> str:
+    """The dashboard JSON, as committed (stable key order, trailing newline)."""
+    model = json.loads(JSONEncoder().encode(build().build()))
+    # The SDK leaves panel ids unset (rows get 0); Grafana links and alerts need unique ones.
+    for number, panel in enumerate(model["panels"], start=1):
+        panel["id"] = number
+    return json.dumps(model, indent=2, sort_keys=True) + "\n"
+
+
+if __name__ == "__main__":
+    sys.stdout.write(render())

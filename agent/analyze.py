@@ -32,11 +32,17 @@ PCAP_MAX_BINS = 2**18
 
 @dataclass(frozen=True)
 class AnalysisResult:
-    """The estimate plus what was read, for the report."""
+    """The estimate plus what was read, for the report.
+
+    ``inputs`` is exactly what the estimator saw (the per-direction grids, pooled GPU samples,
+    the NCCL mix), so sinks such as ``--plot`` draw the series T, B and D came from instead of
+    rebuilding them some other way.
+    """
 
     estimate: Estimate
     sources: dict[str, list[str]]
     extra: dict[str, Any] = field(default_factory=dict)
+    inputs: EstimateInputs = field(default_factory=EstimateInputs, repr=False, compare=False)
 
 
 def _combine_grids(parts: list[dict[Direction, GridSeries]]) -> dict[Direction, GridSeries]:
@@ -192,12 +198,11 @@ def analyze_files(
         }
     if not sources:
         raise InputFormatError("<none>", "no input: give --counters, --gpu, --nccl-log or --pcap")
-    est = estimate(
-        EstimateInputs(
-            network=network, network_source=network_source, gpu=gpu_samples, collectives=mix
-        )
+    inputs = EstimateInputs(
+        network=network, network_source=network_source, gpu=gpu_samples, collectives=mix
     )
-    return AnalysisResult(estimate=est, sources=sources, extra=extra)
+    est = estimate(inputs)
+    return AnalysisResult(estimate=est, sources=sources, extra=extra, inputs=inputs)
 
 
 def _capture_summary(captures: list[Capture], grids: dict[Direction, GridSeries]) -> dict[str, Any]:

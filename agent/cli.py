@@ -253,7 +253,8 @@ def _add_analyze(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
         description=(
             "Read recorded files in the contract formats and print the parameter table "
             "(or, with --json, the contract's JSON object). Give each option as often as "
-            "needed; several counter files are summed per direction on their common time span."
+            "needed; several counter files are summed per direction on their common time span. "
+            "--plot writes a picture of the same analysis in addition to the output."
         ),
     )
     p.add_argument(
@@ -290,6 +291,15 @@ def _add_analyze(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
         help="pcap or pcapng capture (original frame lengths are counted)",
     )
     p.add_argument("--json", action="store_true", help="print the JSON object instead of a table")
+    p.add_argument(
+        "--plot",
+        type=Path,
+        metavar="PNG",
+        help="also draw the analysis into this image file (.png; .svg and .pdf by suffix): "
+        "the bandwidth with the detected bursts shaded and a marker every T, the GPU signal, "
+        "the T/B/D box, and the autocorrelation that chose T. Needs the plot extra: "
+        "pip install 'commpulse[plot]'",
+    )
 
 
 def _add_demo(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -461,6 +471,10 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
 
     if not (args.counters or args.gpu or args.nccl_log or args.pcap):
         raise ConfigError("nothing to analyze: give --counters, --gpu, --nccl-log or --pcap")
+    if args.plot is not None:
+        from agent.plot import check_plot_target
+
+        check_plot_target(args.plot)  # before the analysis: a missing directory fails fast
     result = analyze_files(
         counters=args.counters, gpu=args.gpu, nccl_logs=args.nccl_log, pcaps=args.pcap
     )
@@ -471,6 +485,11 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
         print(json.dumps(out, indent=2))
     else:
         print(render_table(result.estimate, sources=result.sources, extra=result.extra))
+    if args.plot is not None:
+        from agent.plot import write_plot
+
+        write_plot(result, args.plot)
+        print(f"commpulse analyze: plot written to {args.plot}", file=sys.stderr)
     return 0
 
 

@@ -21,7 +21,15 @@ from agent.rates import Direction, GridSeries
 from agent.regime import IDLE_BYTES_PER_S, RegimeFeatures, classify_regime, collective_shares
 from agent.separation import DutySplit, best_signal, gpu_windows, split_duty
 
-__all__ = ["CollectiveMix", "Estimate", "EstimateInputs", "GpuSamples", "estimate"]
+__all__ = [
+    "CollectiveMix",
+    "Estimate",
+    "EstimateInputs",
+    "GpuSamples",
+    "estimate",
+    "log_series",
+    "whole_periods",
+]
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -184,7 +192,7 @@ def _gpu_activity(gpu: GpuSamples | None) -> tuple[str | None, float | None]:
     return name, (float(finite.mean()) if finite.size else None)
 
 
-def _whole_periods(grid: GridSeries, period: PeriodResult) -> GridSeries:
+def whole_periods(grid: GridSeries, period: PeriodResult) -> GridSeries:
     """The grid cut to whole periods, from the first main-burst start to the last.
 
     A window that ends in the middle of a burst (the live case: "now") would bias the energy
@@ -217,20 +225,32 @@ def _events_series(times: FloatArray, weights: FloatArray) -> tuple[FloatArray, 
     return series, dt, float(times[0])
 
 
-def _log_period(mix: CollectiveMix, settings: DetectorSettings) -> PeriodResult | None:
+def log_series(mix: CollectiveMix) -> tuple[FloatArray, float, float] | None:
+    """The rate series the period detector sees in an NCCL log: (series, dt, t0), or None.
+
+    Timed calls sorted, weighted by bytes when every call's S is known (else by count).
+    """
     ok = np.isfinite(mix.call_times)
     if ok.sum() < 8:
         return None
-    times = np.sort(mix.call_times[ok])
+    order = np.argsort(mix.call_times[ok], kind="stable")
+    times = mix.call_times[ok][order]
     weights = mix.call_bytes[ok] if mix.call_bytes.size == mix.call_times.size else None
     if weights is None or not np.isfinite(weights).all() or float(np.sum(weights)) <= 0:
         weights = np.ones(times.size)
     else:
-        weights = weights[np.argsort(mix.call_times[ok], kind="stable")]
+        weights = weights[order]
     if times[-1] - times[0] <= 0:
         return None
-    series, dt, t0 = _events_series(times, weights)
-    return estimate_period(series, dt, t0=t0, settings=settings)
+    return _events_series(times, weights)
+
+
+def _log_period(mix: CollectiveMix, settings: DetectorSettings) -> PeriodResult | None:
+    series = log_series(mix)
+    if series is None:
+        return None
+    rate, dt, t0 = series
+    return estimate_period(rate, dt, t0=t0, settings=settings)
 
 
 def _step_bytes(mix: CollectiveMix | None, period: float | None) -> float | None:
@@ -272,7 +292,7 @@ def estimate(
         direction, full_grid = chosen
         period = estimate_period(full_grid.rate, full_grid.dt, t0=full_grid.t0, settings=cfg)
         period_source = inputs.network_source
-        grid = _whole_periods(full_grid, period)
+        grid = whole_periods(full_grid, period)
         bursts = burst_stats(grid.rate, grid.dt, period.period_s)
         last_burst_end = _last_burst_end(full_grid, bursts)
         if grid.resets:

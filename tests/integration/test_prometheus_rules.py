@@ -90,3 +90,19 @@ def test_bottleneck_alert_is_d_above_half() -> None:
     assert re.search(r"commpulse_duty_cycle_ratio\s*>\s*0\.5\b", rule["expr"])
     assert rule["for"] == "15m"
     assert rule["labels"]["severity"] == "warning"
+
+
+def test_example_prometheus_config_is_valid_and_names_the_job_the_rules_use() -> None:
+    promtool = require_component("promtool")
+    config = RULES_DIR / "prometheus.yml"
+    out = subprocess.run(
+        [promtool, "check", "config", config.name],
+        cwd=RULES_DIR,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    (job,) = yaml.safe_load(config.read_text())["scrape_configs"]
+    assert job["job_name"] == "commpulse"
+    assert 'up{job="commpulse"}' in RULES.read_text()

@@ -518,11 +518,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     from agent.config import load_config
 
     config = load_config(args.file)
-    sources = [
-        name
-        for name in ("nic_counters", "rdma_counters", "nccl_log", "gpu_csv")
-        if getattr(config.sources, name).enabled
-    ]
+    sources = [name for name in config.sources.names() if getattr(config.sources, name).enabled]
     prom = config.exporters.prometheus
     exporters = []
     if prom.enabled:

@@ -14,6 +14,8 @@ Sections::
     [sources.rdma_counters]   InfiniBand / RoCE port counters
     [sources.nccl_log]        NCCL debug logs, tailed
     [sources.gpu_csv]         GPU activity from an nvidia-smi (or named) CSV file
+    [sources.nvml]            GPU activity from the driver (NVML: GPM or utilization samples)
+    [sources.dcgm_exporter]   GPU activity from a local dcgm-exporter's /metrics
 """
 
 from __future__ import annotations
@@ -32,9 +34,11 @@ from typing import Any
 from agent.defaults import DEFAULT_PORT
 from agent.errors import ConfigError
 from collectors._config import doc, doc_factory
+from collectors.dcgm_exporter import DcgmExporterConfig
 from collectors.gpu_csv import GpuCsvConfig
 from collectors.nccl_tail import NcclTailConfig
 from collectors.nic_counters import NicConfig
+from collectors.nvml_gpu import NvmlConfig
 from collectors.rdma_counters import RdmaConfig
 
 __all__ = [
@@ -164,6 +168,10 @@ class ExportersSection:
     mqtt: MqttSection = doc_factory(MqttSection, "MQTT stream.")
 
 
+#: The sections that deliver GPU activity: one at a time.
+GPU_SOURCES = ("gpu_csv", "nvml", "dcgm_exporter")
+
+
 @dataclass(frozen=True)
 class SourcesSection:
     """``[sources.*]``: one section per input, keyed by the source's name."""
@@ -172,6 +180,22 @@ class SourcesSection:
     rdma_counters: RdmaConfig = doc_factory(RdmaConfig, "InfiniBand / RoCE port counters.")
     nccl_log: NcclTailConfig = doc_factory(NcclTailConfig, "NCCL debug logs.")
     gpu_csv: GpuCsvConfig = doc_factory(GpuCsvConfig, "GPU activity CSV.")
+    nvml: NvmlConfig = doc_factory(NvmlConfig, "GPU activity from NVML.")
+    dcgm_exporter: DcgmExporterConfig = doc_factory(
+        DcgmExporterConfig, "GPU activity from a local dcgm-exporter."
+    )
+
+    def __post_init__(self) -> None:
+        gpu = [name for name in GPU_SOURCES if getattr(self, name).enabled]
+        if len(gpu) > 1:
+            raise ConfigError(
+                f"sources: {' and '.join(gpu)} are both enabled; enable one GPU source "
+                "(their samples would be mixed)"
+            )
+
+    def names(self) -> tuple[str, ...]:
+        """Every source section, in file order."""
+        return tuple(f.name for f in dataclasses.fields(self))
 
 
 @dataclass(frozen=True)

@@ -33,9 +33,11 @@ from agent.sinks import MqttSink
 from agent.systemd import Notifier
 from collectors._base import Source
 from collectors._sampler import Sampler
+from collectors.dcgm_exporter import DcgmExporterSource
 from collectors.gpu_csv import GpuCsvSource
 from collectors.nccl_tail import NcclTail
 from collectors.nic_counters import NicCounters
+from collectors.nvml_gpu import NvmlGpuSource
 from collectors.rdma_counters import RdmaCounters
 
 __all__ = ["Daemon", "build_sources", "host_name", "pipeline_settings"]
@@ -80,6 +82,10 @@ def build_sources(
         )
     if s.gpu_csv.enabled:
         sources.append(GpuCsvSource(s.gpu_csv, clock=clock, sampler=sampler))
+    if s.nvml.enabled:
+        sources.append(NvmlGpuSource(s.nvml, clock=clock, sampler=sampler))
+    if s.dcgm_exporter.enabled:
+        sources.append(DcgmExporterSource(s.dcgm_exporter, clock=clock))
     return sources
 
 
@@ -214,7 +220,7 @@ class Daemon:
             if self._running.server is not None:
                 self._running.server.close()
             self._running.server = server
-        for name in ("nic_counters", "rdma_counters", "nccl_log", "gpu_csv"):
+        for name in new.sources.names():
             before, after = getattr(old.sources, name), getattr(new.sources, name)
             if before == after and new.agent.state_dir == old.agent.state_dir:
                 continue

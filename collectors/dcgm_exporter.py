@@ -1,0 +1,212 @@
+"""GPU activity from a local dcgm-exporter's ``/metrics`` (many GPU nodes already run one).
+
+dcgm-exporter renders one series per GPU (per MIG instance, per pod with the Kubernetes
+mapping) as ``FIELD{gpu="0",UUID="GPU-…",pci_bus_id="…",device="nvidia0",modelName="…",
+Hostname="…",…} VALUE``, without timestamps. The exposition is parsed with prometheus-client's
+parser, never by hand. Fields read, best first (see :mod:`agent.separation`):
+
+=================================== ==================== =====================================
+field                               signal               meaning
+=================================== ==================== =====================================
+``DCGM_FI_PROF_PIPE_TENSOR_ACTIVE`` ``tensor_active``    ratio of cycles the tensor pipe works
+``DCGM_FI_PROF_SM_ACTIVE``          ``sm_active``        ratio of cycles an SM has a warp
+``DCGM_FI_PROF_GR_ENGINE_ACTIVE``   ``gr_engine_active`` ratio of time the engine is busy
+``DCGM_FI_DEV_GPU_UTIL``            ``util``             utilization.gpu, percent
+=================================== ==================== =====================================
+
+``GR_ENGINE_ACTIVE`` and ``GPU_UTIL`` count NCCL's spinning kernels as busy; only the first two
+tell compute from communication. dcgm-exporter's default counters enable TENSOR_ACTIVE and
+GR_ENGINE_ACTIVE but not SM_ACTIVE.
+
+A value is an average over DCGM's collection interval (dcgm-exporter ``-c``, 30 s by
+default: far too coarse to split a step of a few seconds; run it with ``-c 100`` or use the
+NVML source). Polling faster than that interval returns the same value again, so a GPU's
+sample is emitted only when one of its values changed (or every ``max_silence_s``): the
+spacing of the samples is then the spacing of DCGM's averages.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from urllib.parse import urlparse
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from agent.clock import Clock, Ticker
+from agent.errors import ConfigError, InputFormatError, SourceError, SourceUnavailable
+from collectors._base import Emit, GpuReading
+from collectors._config import check_interval, doc
+
+__all__ = [
+    "DCGM_FIELDS",
+    "DcgmExporterConfig",
+    "DcgmExporterSource",
+    "DcgmScrape",
+    "parse_dcgm_metrics",
+]
+
+log = logging.getLogger(__name__)
+
+#: dcgm-exporter field → (our signal name, factor to a 0..1 fraction).
+DCGM_FIELDS: dict[str, tuple[str, float]] = {
+    "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": ("tensor_active", 1.0),
+    "DCGM_FI_PROF_SM_ACTIVE": ("sm_active", 1.0),
+    "DCGM_FI_PROF_GR_ENGINE_ACTIVE": ("gr_engine_active", 1.0),
+    "DCGM_FI_DEV_GPU_UTIL": ("util", 0.01),
+}
+
+#: Largest exposition read (a host with 8 GPUs and every field is ~100 kB).
+MAX_BODY_BYTES = 16 << 20
+
+
+@dataclass(frozen=True)
+class DcgmScrape:
+    """One exposition: per GPU index, the signals (fractions 0..1) it reported.
+
+    Several series of one GPU (MIG instances, one per pod) are averaged. ``signals`` is the set
+    every GPU reported (a reading has one signal set); ``skipped`` counts series left out (no
+    or bad ``gpu`` label, NaN, out of range).
+    """
+
+    gpus: dict[int, dict[str, float]]
+    signals: tuple[str, ...]
+    skipped: int = 0
+    models: dict[int, str] = field(default_factory=dict)
+
+
+def parse_dcgm_metrics(text: str) -> DcgmScrape:
+    """Parse a dcgm-exporter exposition (pure).
+
+    Raises:
+        InputFormatError: the text is not Prometheus exposition format.
+    """
+    sums: dict[int, dict[str, list[float]]] = {}
+    models: dict[int, str] = {}
+    skipped = 0
+    try:
+        families = list(text_string_to_metric_families(text))
+    except (ValueError, TypeError, IndexError) as exc:
+        raise InputFormatError("<dcgm-exporter>", f"not a Prometheus exposition: {exc}") from None
+    for family in families:
+        mapped = DCGM_FIELDS.get(family.name)
+        if mapped is None:
+            continue
+        signal, factor = mapped
+        for sample in family.samples:
+            gpu_label = sample.labels.get("gpu", "")
+            value = float(sample.value) * factor
+            if not gpu_label.isdigit() or not math.isfinite(value) or not -1e-6 <= value <= 1.01:
+                skipped += 1
+                continue
+            gpu = int(gpu_label)
+            sums.setdefault(gpu, {}).setdefault(signal, []).append(min(max(value, 0.0), 1.0))
+            model = sample.labels.get("modelName")
+            if model:
+                models[gpu] = model
+    gpus = {g: {s: sum(v) / len(v) for s, v in sig.items()} for g, sig in sums.items()}
+    common = set.intersection(*(set(s) for s in gpus.values())) if gpus else set()
+    order = [name for name, _ in DCGM_FIELDS.values()]
+    signals = tuple(s for s in order if s in common)
+    return DcgmScrape(
+        gpus={g: {s: v[s] for s in signals} for g, v in gpus.items()},
+        signals=signals,
+        skipped=skipped,
+        models=models,
+    )
+
+
+@dataclass(frozen=True)
+class DcgmExporterConfig:
+    """Settings of the dcgm-exporter source (section ``[sources.dcgm_exporter]``)."""
+
+    enabled: bool = doc(False, "Read GPU activity from a dcgm-exporter /metrics endpoint.")
+    url: str = doc("http://127.0.0.1:9400/metrics", "The endpoint (dcgm-exporter's default).")
+    poll_interval_s: float = doc(
+        0.5, "Seconds between scrapes; values change at dcgm-exporter's -c interval."
+    )
+    timeout_s: float = doc(2.0, "HTTP timeout of one scrape.")
+    max_silence_s: float = doc(
+        10.0, "Emit a GPU's unchanged values again after this long (a steady GPU still counts)."
+    )
+
+    def __post_init__(self) -> None:
+        section = "sources.dcgm_exporter"
+        check_interval(section, "poll_interval_s", self.poll_interval_s, 0.05, 60.0)
+        check_interval(section, "timeout_s", self.timeout_s, 0.1, 30.0)
+        check_interval(section, "max_silence_s", self.max_silence_s, 1.0, 3600.0)
+        parsed = urlparse(self.url)
+        if parsed.scheme not in ("http", "https") or not parsed.netloc:
+            raise ConfigError(f"{section}.url: {self.url!r} is not an http(s) URL")
+
+
+class DcgmExporterSource:
+    """Scrapes dcgm-exporter off the event loop and emits one reading per GPU and update."""
+
+    name = "dcgm_exporter"
+
+    def __init__(self, config: DcgmExporterConfig, *, clock: Clock) -> None:
+        self._cfg = config
+        self._clock = clock
+        self._last: dict[int, tuple[float, dict[str, float]]] = {}  # gpu → (emitted at, values)
+        self.skipped_series = 0
+
+    def _fetch(self) -> str:
+        request = urllib.request.Request(self._cfg.url, headers={"Accept": "text/plain"})  # noqa: S310 - the URL is checked to be http(s)
+        try:
+            with urllib.request.urlopen(request, timeout=self._cfg.timeout_s) as resp:  # noqa: S310
+                body: bytes = resp.read(MAX_BODY_BYTES + 1)
+        except urllib.error.HTTPError as exc:
+            exc.close()  # it holds the response (and its socket)
+            raise SourceError(self.name, f"{self._cfg.url}: HTTP {exc.code} {exc.reason}") from None
+        except (urllib.error.URLError, OSError) as exc:
+            reason = getattr(exc, "reason", exc)
+            raise SourceUnavailable(self.name, f"{self._cfg.url}: {reason}") from None
+        if len(body) > MAX_BODY_BYTES:
+            raise SourceError(self.name, f"{self._cfg.url}: exposition larger than 16 MiB")
+        return body.decode("utf-8", errors="replace")
+
+    def readings(self, scrape: DcgmScrape, now: float) -> list[GpuReading]:
+        """The readings of one scrape: GPUs whose values changed, or were quiet too long."""
+        out = []
+        for gpu, values in sorted(scrape.gpus.items()):
+            last = self._last.get(gpu)
+            if last is not None and last[1] == values and now - last[0] < self._cfg.max_silence_s:
+                continue
+            self._last[gpu] = (now, values)
+            out.append(GpuReading(now, gpu, dict(values)))
+        return out
+
+    async def run(self, emit: Emit) -> None:
+        """Scrape until cancelled; an endpoint that is down raises (the pipeline retries)."""
+        ticker = Ticker(self._clock, self._cfg.poll_interval_s)
+        signals: tuple[str, ...] | None = None
+        while True:
+            text = await asyncio.to_thread(self._fetch)
+            now = self._clock.now()
+            try:
+                scrape = parse_dcgm_metrics(text)
+            except InputFormatError as exc:
+                raise SourceError(self.name, f"{self._cfg.url}: {exc.reason}") from None
+            self.skipped_series += scrape.skipped
+            if not scrape.gpus:
+                raise SourceUnavailable(
+                    self.name,
+                    f"{self._cfg.url} has no GPU activity field "
+                    f"({', '.join(DCGM_FIELDS)}): enable one in dcgm-exporter's counters file",
+                )
+            if scrape.signals != signals:
+                log.info(
+                    "dcgm-exporter: %d GPU(s), signals %s",
+                    len(scrape.gpus),
+                    ", ".join(scrape.signals),
+                    extra={"source": self.name},
+                )
+                signals = scrape.signals
+            for reading in self.readings(scrape, now):
+                emit(reading)
+            await ticker.tick()

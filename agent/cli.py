@@ -146,7 +146,14 @@ def _add_simulate(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "--duty",
         type=_positive_float,
         metavar="D",
-        help="D: communication fraction of a step, 0..1",
+        help="D: fraction of a step the link is busy, 0..1",
+    )
+    g.add_argument(
+        "--overlap",
+        type=_fraction,
+        default=0.0,
+        help="training: share of the link-busy time hidden behind the backward pass (DDP "
+        "buckets); the exposed D is (1 - overlap) of it (default 0)",
     )
     g.add_argument(
         "--jitter",
@@ -428,6 +435,7 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
         "compute_s": args.compute,
         "period_s": args.period,
         "duty": args.duty,
+        "overlap": args.overlap,
         "jitter": args.jitter,
         "drift": args.drift,
         "local_ranks": args.local_ranks,

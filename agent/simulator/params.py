@@ -40,6 +40,9 @@ class JobParams:
     compute_s: float = 3.0
     period_s: float | None = None
     duty: float | None = None
+    #: Training: share of the link-busy time hidden behind the backward pass (DDP's bucketed
+    #: AllReduce); exposed communication is (1 - overlap) of it.
+    overlap: float = 0.0
     jitter: float = 0.01
     drift: float = 0.0
     noise: float | None = None
@@ -118,6 +121,8 @@ def resolve(p: JobParams) -> JobParams:
     _check(p.counter_bits in (32, 64), "--counter-bits must be 32 or 64")
     if p.duty is not None:
         _check(0 < p.duty < 1, "--duty must be in (0, 1)")
+    _check(0 <= p.overlap < 1, "--overlap must be in [0, 1)")
+    _check(p.overlap == 0 or p.scenario == "training", "--overlap is for the training scenario")
     if p.period_s is not None:
         _check(p.period_s > 0, "--period must be positive")
 
@@ -128,11 +133,14 @@ def resolve(p: JobParams) -> JobParams:
         d = p.duty if p.duty is not None else base_comm / (p.compute_s + base_comm)
         comm = d * t
         size = comm * p.bandwidth * p.nranks / (2.0 * (p.nranks - 1))
-        out = replace(p, period_s=t, duty=d, compute_s=t - comm, size_bytes=size)
+        compute = t - (1.0 - p.overlap) * comm
+        _check(compute >= p.overlap * comm, "--overlap hides more than the compute phase")
+        out = replace(p, period_s=t, duty=d, compute_s=compute, size_bytes=size)
     elif p.scenario == "training":
         comm = allreduce_wire_bytes(p.size_bytes, p.nranks) / p.bandwidth
-        t = p.compute_s + comm
+        t = p.compute_s + (1.0 - p.overlap) * comm
         _check(t > 0, "the step has zero length: give --compute or --size")
+        _check(p.compute_s >= p.overlap * comm, "--overlap hides more than the compute phase")
         out = replace(p, period_s=t, duty=comm / t)
     elif p.scenario == "finetune" and (p.period_s is not None or p.duty is not None):
         t = p.period_s if p.period_s is not None else 2.0

@@ -83,18 +83,20 @@ def _training(p: JobParams, rng: np.random.Generator) -> Schedule:
     assert p.period_s is not None
     assert p.duty is not None
     assert p.duration_s is not None
-    comm = p.duty * p.period_s
+    comm = p.duty * p.period_s  # link busy per step
+    exposed = (1.0 - p.overlap) * comm  # of which the GPUs wait for
     lengths = _iteration_lengths(p, rng, p.period_s)
     bursts, compute, calls, starts = [], [], [], []
     bucket_count = max(1, round(p.size_bytes / p.buckets / BF16_BYTES))
     t = -float(rng.uniform(0.0, p.period_s))  # the job was already running when we started
     for length in lengths:
-        compute_end = t + (length - comm)
-        starts.append(compute_end)
+        compute_end = t + (length - exposed)
+        burst_start = compute_end - (comm - exposed)  # the overlapped buckets go first
+        starts.append(burst_start)
         compute.append((t, compute_end))
-        bursts.append((compute_end, compute_end + comm, p.bandwidth))
+        bursts.append((burst_start, burst_start + comm, p.bandwidth))
         for _ in range(p.buckets):
-            calls.extend(_enqueue_calls(rng, p, compute_end, "AllReduce", bucket_count))
+            calls.extend(_enqueue_calls(rng, p, burst_start, "AllReduce", bucket_count))
         t += length
     sched = _clip(p, bursts, compute, calls, starts)
     size = bucket_count * BF16_BYTES * p.buckets
@@ -227,12 +229,15 @@ def _clip(
         first, last = float(s[0]), float(s[-1])
         inside = b[(b[:, 0] >= first) & (b[:, 0] < last)]
         comm_time = _union_length(inside[:, :2]) if inside.size else 0.0
+        hidden = _intersection_length(inside[:, :2], c) if inside.size else 0.0
         period = (last - first) / (s.size - 1)
-        duty = comm_time / (last - first)
         truth.update(
             period_s=period,
-            duty_cycle=duty,
-            network_on_ratio=duty,
+            # D: communication the GPUs wait for (what a GPU signal lets commpulse measure);
+            # without overlap it is the network on-fraction.
+            duty_cycle=(comm_time - hidden) / (last - first),
+            network_on_ratio=comm_time / (last - first),
+            overlapped_ratio=hidden / (last - first),
             bytes_per_iteration=p.bandwidth * comm_time / (s.size - 1) * p.local_ranks,
             iterations=int(s.size - 1),
         )
@@ -263,6 +268,24 @@ def _clip(
         iteration_starts=s,
         truth=truth,
     )
+
+
+def _intersection_length(a: FloatArray, b: FloatArray) -> float:
+    """Total overlap of two sets of intervals, each made of disjoint intervals."""
+    if a.size == 0 or b.size == 0:
+        return 0.0
+    a = a[np.argsort(a[:, 0])]
+    b = b[np.argsort(b[:, 0])]
+    total, i, j = 0.0, 0, 0
+    while i < a.shape[0] and j < b.shape[0]:  # merge the two sorted lists
+        lo = max(float(a[i, 0]), float(b[j, 0]))
+        hi = min(float(a[i, 1]), float(b[j, 1]))
+        total += max(0.0, hi - lo)
+        if a[i, 1] < b[j, 1]:
+            i += 1
+        else:
+            j += 1
+    return total
 
 
 def _union_length(intervals: FloatArray) -> float:

@@ -119,6 +119,46 @@ def test_gpu_separated_duty_is_reported_when_the_gpu_resolves_the_phases(
     assert out["gpu_signal"] == "sm_active"
 
 
+@pytest.mark.parametrize(
+    ("period", "duty", "overlap"), [("2", "0.5", "0.6"), ("4", "0.35", "0.3"), ("1", "0.6", "0.0")]
+)
+def test_overlapped_communication_is_split_from_the_exposed_part(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], period: str, duty: str, overlap: str
+) -> None:
+    """DDP hides part of the AllReduce behind the backward pass: with an SM-activity signal, D
+    is the exposed part, and the link's on-fraction is reported beside it."""
+    truth = _simulate(tmp_path, "--seed", "5", "--period", period, "--duty", duty,
+                      "--overlap", overlap, "--duration", "120")  # fmt: skip
+    assert truth["network_on_ratio"] == pytest.approx(float(duty), abs=0.02)
+    assert truth["duty_cycle"] == pytest.approx(float(duty) * (1 - float(overlap)), abs=0.02)
+    out = _analyze(
+        capsys, "--counters", str(tmp_path / "counters.csv"), "--gpu", str(tmp_path / "gpu.csv")
+    )
+    assert out["duty_cycle_source"] == "gpu_exposed"
+    assert out["duty_cycle"] == pytest.approx(truth["duty_cycle"], abs=0.03)
+    assert out["network_on_ratio"] == pytest.approx(truth["network_on_ratio"], abs=0.03)
+    assert out["overlapped_comm_ratio"] == pytest.approx(truth["overlapped_ratio"], abs=0.03)
+
+
+def test_with_only_utilization_gpu_d_is_the_network_on_fraction_and_says_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """utilization.gpu counts NCCL's kernels as busy: it cannot split D, and the output says
+    D came from the network."""
+    truth = _simulate(tmp_path, "--seed", "5", "--period", "2", "--duty", "0.5",
+                      "--overlap", "0.6", "--duration", "120")  # fmt: skip
+    rows = (tmp_path / "gpu.csv").read_text().splitlines()
+    util_only = tmp_path / "util.csv"
+    util_only.write_text(
+        "\n".join(",".join(c for i, c in enumerate(r.split(",")) if i != 2) for r in rows) + "\n"
+    )
+    assert util_only.read_text().startswith("time,gpu,util\n")
+    out = _analyze(capsys, "--counters", str(tmp_path / "counters.csv"), "--gpu", str(util_only))
+    assert out["gpu_signal"] == "util"
+    assert out["duty_cycle_source"] == "network"
+    assert out["duty_cycle"] == pytest.approx(truth["network_on_ratio"], abs=0.03)
+
+
 @pytest.mark.parametrize("scenario", ["inference", "idle"])
 def test_aperiodic_scenarios_report_no_period(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], scenario: str

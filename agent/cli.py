@@ -395,6 +395,31 @@ def _add_record(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     )
 
 
+def _add_wrap(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "wrap",
+        help="run a job with the NCCL logging the agent tails",
+        description=(
+            "Run CMD with NCCL_DEBUG=INFO, NCCL_DEBUG_SUBSYS=INIT,ENV,COLL,NET, "
+            "NCCL_DEBUG_FILE=<log dir>/nccl.%%h.%%p.log and microsecond INFO timestamps "
+            "(NCCL >= 2.26), keeping any of these the environment already sets. CMD replaces "
+            "this process: its signals and exit status are unchanged."
+        ),
+        epilog="example: commpulse wrap -- torchrun --nproc-per-node 8 train.py",
+    )
+    p.add_argument(
+        "--log-dir",
+        type=Path,
+        metavar="DIR",
+        help="where NCCL writes (default: the directory the --config tails, else /var/log/nccl)",
+    )
+    p.add_argument(
+        "--config", type=Path, metavar="FILE", help="the agent's configuration (for the log dir)"
+    )
+    p.add_argument("--quiet", action="store_true", help="do not print where the logs go")
+    p.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD [ARGS...]")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The full argument parser (exposed for tests and docs)."""
     parser = argparse.ArgumentParser(
@@ -417,6 +442,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_analyze(sub)
     _add_simulate(sub)
     _add_record(sub)
+    _add_wrap(sub)
     return parser
 
 
@@ -555,6 +581,13 @@ def _cmd_record(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_wrap(args: argparse.Namespace) -> int:
+    from agent.wrap import run_wrapped
+
+    command = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
+    return run_wrapped(command, log_dir=args.log_dir, config=args.config, quiet=args.quiet)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``commpulse`` console script."""
     parser = build_parser()
@@ -568,6 +601,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "run": _cmd_run,
         "validate": _cmd_validate,
         "record": _cmd_record,
+        "wrap": _cmd_wrap,
     }
     try:
         return commands[args.command](args)

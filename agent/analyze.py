@@ -23,7 +23,7 @@ from collectors.gpu_csv import read_gpu_csv
 from collectors.nccl_log import NcclLogSummary, read_nccl_logs
 from collectors.pcap import Capture, bin_bytes, read_capture
 
-__all__ = ["AnalysisResult", "analyze_files", "collective_mix"]
+__all__ = ["AnalysisResult", "analyze_files", "collective_mix", "communicators"]
 
 #: Capture bins: fine enough for 10 ms periods, coarse enough to stay under 2^18 bins.
 PCAP_MIN_BIN_S = 1e-3
@@ -122,6 +122,50 @@ def collective_mix(summary: NcclLogSummary) -> CollectiveMix:
     )
 
 
+def communicators(summary: NcclLogSummary) -> list[dict[str, Any]]:
+    """Per communicator of the log: N, calls and bytes by op, and the message-size spread.
+
+    A communicator is named by its commId (the same on every host and rank of it), or by
+    ``host:pid:pointer`` in logs older than NCCL 2.16; the largest come first.
+    """
+    if not summary.comm_keys or summary.call_comm_ids.size == 0:
+        return []
+    names = []
+    for key in summary.comm_keys:
+        info = summary.comms.get(key)
+        host, pid, pointer = key
+        names.append(info.comm_id if info and info.comm_id else f"{host}:{pid}:{pointer}")
+    rows: dict[str, dict[str, Any]] = {}
+    sizes: dict[str, list[npt.NDArray[np.float64]]] = {}
+    ops = np.asarray(summary.op_names, dtype=object)
+    for index, key in enumerate(summary.comm_keys):
+        calls = summary.call_comm_ids == index
+        if not calls.any():
+            continue
+        name = names[index]
+        info = summary.comms.get(key)
+        row = rows.setdefault(
+            name, {"comm": name, "nranks": None, "ranks_here": 0, "calls": 0, "ops": {}}
+        )
+        if info is not None and info.nranks is not None:
+            row["nranks"] = max(row["nranks"] or 0, info.nranks)
+        row["ranks_here"] += 1
+        row["calls"] += int(calls.sum())
+        nbytes = summary.call_bytes[calls]
+        for op in np.unique(ops[summary.call_op_ids[calls]]):
+            sel = ops[summary.call_op_ids[calls]] == op
+            count, total = row["ops"].get(op, (0, 0))
+            row["ops"][str(op)] = (count + int(sel.sum()), total + int(np.nansum(nbytes[sel])))
+        sizes.setdefault(name, []).append(nbytes[np.isfinite(nbytes)])
+    out = []
+    for name, row in rows.items():
+        known = np.concatenate(sizes[name]) if sizes[name] else np.empty(0)
+        row["message_bytes_p50"] = float(np.percentile(known, 50)) if known.size else None
+        row["message_bytes_p99"] = float(np.percentile(known, 99)) if known.size else None
+        out.append(row)
+    return sorted(out, key=lambda r: (-(r["nranks"] or 0), -r["calls"], r["comm"]))
+
+
 def _pcap(paths: Sequence[Path]) -> tuple[dict[Direction, GridSeries], list[Capture]]:
     captures = [read_capture(p) for p in paths]
     usable = [
@@ -195,6 +239,7 @@ def analyze_files(
             "timestamps": summary.has_timestamps,
             "networks": list(summary.networks),
             "unknown_ops": dict(summary.unknown_ops),
+            "communicators": communicators(summary),
         }
     if not sources:
         raise InputFormatError("<none>", "no input: give --counters, --gpu, --nccl-log or --pcap")

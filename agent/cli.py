@@ -299,6 +299,21 @@ def _add_analyze(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     )
     p.add_argument("--json", action="store_true", help="print the JSON object instead of a table")
     p.add_argument(
+        "--table",
+        choices=("csv", "json", "md"),
+        help="print the capacity-planning parameter table instead (S, N, T, B, D, V, mix; one "
+        "row for the job, one per NCCL communicator, one per --what-if)",
+    )
+    p.add_argument(
+        "--what-if",
+        action="append",
+        default=[],
+        metavar="SPEC",
+        help="a row predicting T and D after a change, with the DOMAIN.md formulas: "
+        "nranks=N, bandwidth=xF or B/s, size=xF (collective bytes), compute=xF; comma-"
+        "separated to combine, repeat for more rows (e.g. --what-if nranks=128,bandwidth=x0.5)",
+    )
+    p.add_argument(
         "--plot",
         type=Path,
         metavar="PNG",
@@ -502,9 +517,15 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
 def _cmd_analyze(args: argparse.Namespace) -> int:
     from agent.analyze import analyze_files
     from agent.report import render_table
+    from agent.table import parse_what_if, planning_rows, render_rows
 
     if not (args.counters or args.gpu or args.nccl_log or args.pcap):
         raise ConfigError("nothing to analyze: give --counters, --gpu, --nccl-log or --pcap")
+    if args.json and args.table:
+        raise ConfigError("give --json or --table, not both (--table json is the table as JSON)")
+    if args.what_if and not args.table:
+        raise ConfigError("--what-if adds rows to the parameter table: give --table csv|json|md")
+    what_ifs = [parse_what_if(spec) for spec in args.what_if]
     if args.plot is not None:
         from agent.plot import check_plot_target
 
@@ -512,7 +533,11 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
     result = analyze_files(
         counters=args.counters, gpu=args.gpu, nccl_logs=args.nccl_log, pcaps=args.pcap
     )
-    if args.json:
+    if args.table:
+        comms = result.extra.get("nccl", {}).get("communicators", [])
+        rows = planning_rows(result.estimate, communicators=comms, what_ifs=what_ifs)
+        print(render_rows(rows, args.table))
+    elif args.json:
         out = result.estimate.to_json()
         out["sources"] = result.sources
         out.update(result.extra)

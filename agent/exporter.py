@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from prometheus_client.core import (
     CounterMetricFamily,
     GaugeMetricFamily,
+    HistogramMetricFamily,
     InfoMetricFamily,
     Metric,
 )
@@ -55,6 +56,7 @@ class SnapshotCollector(Collector):
             return
         yield from self._health(snap)
         yield from _job_families(snap)
+        yield from _nccl_families(snap)
         yield from _device_families(snap.devices)
         est = snap.estimate
         if est is None:
@@ -193,6 +195,59 @@ def _job_families(snap: Snapshot) -> Iterator[Metric]:
         )
         last.add_metric([], snap.last_burst_wall_s)
         yield last
+
+
+#: The NCCL tailer's line counts, by kind (SourceStats keys → label values).
+_NCCL_LINE_KINDS = {
+    "lines": "read",
+    "coll_lines": "coll",
+    "warn_lines": "warn",
+    "unparsed_lines": "unparsed",
+    "overlong_lines": "overlong",
+}
+
+
+def _nccl_families(snap: Snapshot) -> Iterator[Metric]:
+    """What the NCCL log says besides the collectives.
+
+    WARN and undecodable lines, rotations, and the message-size distribution.
+    """
+    stats = snap.source_stats.get("nccl_log")
+    if stats:
+        lines = CounterMetricFamily(
+            "commpulse_nccl_log_lines",
+            "NCCL log lines by kind: read, coll, warn (NCCL WARN: look at them), unparsed (mention "
+            "NCCL but do not decode), overlong (dropped).",
+            labels=["kind"],
+        )
+        for key, kind in _NCCL_LINE_KINDS.items():
+            if key in stats:
+                lines.add_metric([kind], float(stats[key]))
+        yield lines
+        events = CounterMetricFamily(
+            "commpulse_nccl_log_file_events",
+            "Log files rotated away or truncated (copytruncate, a restarted job) while tailed.",
+            labels=["event"],
+        )
+        events.add_metric(["rotation"], float(stats.get("rotations", 0)))
+        events.add_metric(["truncation"], float(stats.get("truncations", 0)))
+        yield events
+        files = GaugeMetricFamily("commpulse_nccl_log_files", "NCCL log files being tailed.")
+        files.add_metric([], float(stats.get("files", 0)))
+        yield files
+    sizes = snap.message_sizes
+    if sizes is not None:
+        hist = HistogramMetricFamily(
+            "commpulse_collective_message_bytes",
+            "Collective size S of each COLL line (nccl-tests definition), since the agent started.",
+        )
+        cumulative = 0
+        buckets = []
+        for bound, count in zip((*sizes.bounds, float("inf")), sizes.counts, strict=True):
+            cumulative += count
+            buckets.append(("+Inf" if bound == float("inf") else f"{bound:.0f}", cumulative))
+        hist.add_metric([], buckets, sum_value=sizes.total_bytes)
+        yield hist
 
 
 def _sink_families(snap: Snapshot) -> Iterator[Metric]:

@@ -14,7 +14,7 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
@@ -31,6 +31,7 @@ from agent.windows import (
     DeviceStatus,
     DeviceTable,
     GpuWindow,
+    SizeHistogram,
     window_capacity,
 )
 from collectors._base import (
@@ -41,6 +42,7 @@ from collectors._base import (
     GpuReading,
     Reading,
     Source,
+    SourceStats,
 )
 
 __all__ = [
@@ -117,6 +119,9 @@ class Snapshot:
     job_id_source: str | None = None
     #: Wall-clock time (Unix seconds) the last burst ended: a stalled job stops moving it.
     last_burst_wall_s: float | None = None
+    #: Each source's own running totals (the NCCL tailer's lines, WARNs, rotations, ...).
+    source_stats: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
+    message_sizes: SizeHistogram | None = None
 
 
 class SnapshotStore:
@@ -162,6 +167,7 @@ class _State:
     counters: dict[str, CounterWindow] = field(default_factory=dict)  # one per source
     devices: DeviceTable = field(default_factory=DeviceTable)
     health: dict[str, SourceHealth] = field(default_factory=dict)
+    stats: dict[str, Mapping[str, int]] = field(default_factory=dict)
 
     def counter_window(self, source: str) -> CounterWindow:
         window = self.counters.get(source)
@@ -347,6 +353,8 @@ class Pipeline:
                 st.calls.add_batch(reading)
             elif isinstance(reading, CollectiveCall):
                 st.calls.add(reading)
+            elif isinstance(reading, SourceStats):
+                st.stats[source] = reading.values
 
     def _network(self) -> tuple[str | None, dict[Direction, GridSeries]]:
         """The counter source that carries the most traffic, and its grids.
@@ -445,6 +453,8 @@ class Pipeline:
             job_id=job_id,
             job_id_source=job_source,
             last_burst_wall_s=self._last_burst_wall,
+            source_stats=dict(self._state.stats),
+            message_sizes=self._state.calls.size_histogram(),
         )
         self._store.publish(snap)
         for sink in self._sinks.values():

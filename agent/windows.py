@@ -236,11 +236,30 @@ class GpuWindow:
         )
 
 
+#: Upper bounds of the message-size histogram: 1 KiB to 16 GiB in powers of 4 (then +Inf).
+MESSAGE_SIZE_BOUNDS = tuple(float(1024 * 4**i) for i in range(13))
+
+
+@dataclass(frozen=True)
+class SizeHistogram:
+    """Collective sizes S seen since the agent started.
+
+    Counts per bucket (the last one is +Inf) and their sum; calls of unknown size are left out.
+    """
+
+    bounds: tuple[float, ...]
+    counts: tuple[int, ...]
+    total_bytes: float
+
+
 class CollectiveWindow:
     """Recent collective calls plus running totals per op since the agent started."""
 
     def __init__(self, capacity: int) -> None:
         self._ring = Ring(capacity, 2)  # time, S bytes (NaN when unknown)
+        self._bounds = np.asarray(MESSAGE_SIZE_BOUNDS)
+        self._size_counts = np.zeros(len(MESSAGE_SIZE_BOUNDS) + 1, dtype=np.int64)
+        self._size_sum = 0.0
         self.totals: dict[str, tuple[int, int]] = {}
         self.nranks: int | None = None
         self.processes: set[str] = set()
@@ -273,6 +292,24 @@ class CollectiveWindow:
         self.processes.add(str(call.extra.get("process", call.comm)))
         size = float(call.s_bytes) if call.s_bytes is not None else np.nan
         self._ring.append((call.time_s, size))
+        if call.s_bytes is not None:
+            self._count_sizes(np.asarray([size]))
+
+    def _count_sizes(self, sizes: FloatArray) -> None:
+        known = sizes[np.isfinite(sizes)]
+        if known.size:
+            # bucket i holds sizes in (bounds[i-1], bounds[i]]: Prometheus' "le" buckets
+            idx = np.searchsorted(self._bounds, known, side="left")
+            self._size_counts += np.bincount(idx, minlength=self._size_counts.size)
+            self._size_sum += float(known.sum())
+
+    def size_histogram(self) -> SizeHistogram | None:
+        """Sizes of every call since the start (None before the first sized call)."""
+        if not self._size_counts.any():
+            return None
+        return SizeHistogram(
+            MESSAGE_SIZE_BOUNDS, tuple(int(c) for c in self._size_counts), self._size_sum
+        )
 
     def add_batch(self, batch: CallBatch) -> None:
         """Account a batch of COLL lines."""
@@ -285,6 +322,7 @@ class CollectiveWindow:
         self._see_comm(batch.comm_id, batch.nranks, batch.time_s)
         if batch.times.size:
             self._ring.extend(np.column_stack((batch.times, batch.s_bytes)))
+            self._count_sizes(batch.s_bytes)
 
     def mix(self, since: float | None = None) -> CollectiveMix | None:
         """The estimator's view: totals since start, timed calls within the window."""

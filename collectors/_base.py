@@ -118,7 +118,20 @@ class LogLine:
     text: str
 
 
-Reading = CounterReading | GpuReading | CollectiveCall | CallBatch | DeviceInfo | LogLine
+@dataclass(frozen=True, slots=True)
+class SourceStats:
+    """A source's own running totals (lines read, WARN lines, rotations, ...), for its metrics.
+
+    Emitted when they change; the latest one per source is exported.
+    """
+
+    time_s: float
+    values: Mapping[str, int]
+
+
+Reading = (
+    CounterReading | GpuReading | CollectiveCall | CallBatch | DeviceInfo | LogLine | SourceStats
+)
 Emit = Callable[[Reading], None]
 
 

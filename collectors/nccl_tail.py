@@ -33,7 +33,7 @@ import numpy as np
 
 from agent.clock import Clock
 from agent.errors import ConfigError, SourceUnavailable
-from collectors._base import CallBatch, Emit, LogLine, Reading
+from collectors._base import CallBatch, Emit, LogLine, Reading, SourceStats
 from collectors._config import check_interval, doc
 from collectors._sampler import Sampler
 from collectors.nccl_log import MAX_LINE_BYTES, LiveDecoder
@@ -84,6 +84,10 @@ class TailStats:
     truncations: int = 0
     rotations: int = 0
     files: int = 0
+
+    def totals(self, **more: int) -> dict[str, int]:
+        """The counts as a flat mapping (what :class:`SourceStats` carries)."""
+        return {**{k: int(v) for k, v in vars(self).items()}, **more}
 
 
 @dataclass
@@ -392,6 +396,7 @@ class NcclTail:
             raise SourceUnavailable(self.name, f"no file matches {list(self._cfg.paths)}")
         next_save = self._clock.now() + 5.0
         decoder = LiveDecoder()
+        last_stats: dict[str, int] = {}
 
         def sweep() -> list[Reading]:
             nonlocal next_save
@@ -435,6 +440,11 @@ class NcclTail:
                     )
                 )
             tailer.stats.warn_lines = decoder.warn_lines
+            stats = tailer.stats.totals(unparsed_lines=decoder.unparsed_lines)
+            if stats != last_stats:
+                last_stats.clear()
+                last_stats.update(stats)
+                out.append(SourceStats(arrival, stats))
             if arrival >= next_save:
                 next_save = arrival + 5.0
                 tailer.save_state()

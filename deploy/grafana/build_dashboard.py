@@ -497,6 +497,38 @@ def build() -> db.Dashboard:
         )
     )
 
+    d = d.with_row(db.Row("NCCL"))
+    d = d.with_panel(
+        series(
+            "Collective message size",
+            "Median and 99th percentile of the collective size S per call (from the NCCL log), "
+            "over the dashboard's rate window.",
+            [
+                Query(
+                    f"histogram_quantile({q}, sum by (instance, le) (rate("
+                    f"commpulse_collective_message_bytes_bucket{{{HOSTS}}}[$__rate_interval])))",
+                    f"p{int(q * 100)} {{{{instance}}}}",
+                )
+                for q in (0.5, 0.99)
+            ],
+            unit="bytes",
+        )
+    ).with_panel(
+        series(
+            "NCCL log lines",
+            "WARN lines (read them: network errors often precede a stall), lines that mention "
+            "NCCL but do not decode, and over-long lines dropped, per second.",
+            [
+                Query(
+                    f"sum by (instance, kind) (rate(commpulse_nccl_log_lines_total{{{HOSTS}, "
+                    'kind=~"warn|unparsed|overlong"}[$__rate_interval]))',
+                    "{{kind}} {{instance}}",
+                )
+            ],
+            unit="cps",
+        )
+    )
+
     d = d.with_row(db.Row("Agent health"))
     return (
         d.with_panel(

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import math
 import subprocess
 
+import numpy as np
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import CollectorRegistry
@@ -11,6 +13,7 @@ from prometheus_client.registry import CollectorRegistry
 from agent.estimate import Estimate
 from agent.exporter import SnapshotCollector
 from agent.pipeline import Snapshot, SnapshotStore, SourceHealth
+from collectors._base import CallBatch
 from tests.conftest import require_component
 
 
@@ -125,3 +128,47 @@ def test_no_job_and_no_burst_yet_export_nothing_rather_than_a_fake_value() -> No
     assert "commpulse_job_info" not in text
     assert "commpulse_last_burst_timestamp_seconds" not in text
     assert "commpulse_gpu_activity_ratio" not in text
+
+
+def test_nccl_log_health_and_message_sizes_are_exported_promtool_clean() -> None:
+    from agent.windows import CollectiveWindow
+
+    window = CollectiveWindow(64)
+    for size in (1024.0, 1025.0, 4.0e6, 2.0e10, float("nan")):
+        window.add_batch(_batch(size))
+    hist = window.size_histogram()
+    assert hist is not None
+    text = _snapshot_exposition(
+        source_stats={"nccl_log": {"lines": 120, "coll_lines": 100, "warn_lines": 3,
+                                   "unparsed_lines": 2, "overlong_lines": 1, "rotations": 1,
+                                   "truncations": 0, "files": 4}},
+        message_sizes=hist,
+    )  # fmt: skip
+    s = _samples(text)
+    assert s[("commpulse_nccl_log_lines_total", (("kind", "warn"),))] == 3.0
+    assert s[("commpulse_nccl_log_lines_total", (("kind", "unparsed"),))] == 2.0
+    assert s[("commpulse_nccl_log_file_events_total", (("event", "rotation"),))] == 1.0
+    assert s[("commpulse_nccl_log_files", ())] == 4.0
+    # le buckets: 1024 falls in le="1024", 1025 in the next; NaN (unknown S) is not counted
+    assert s[("commpulse_collective_message_bytes_bucket", (("le", "1024"),))] == 1.0
+    assert s[("commpulse_collective_message_bytes_bucket", (("le", "4096"),))] == 2.0
+    assert s[("commpulse_collective_message_bytes_bucket", (("le", "4194304"),))] == 3.0
+    assert s[("commpulse_collective_message_bytes_bucket", (("le", "17179869184"),))] == 3.0
+    assert s[("commpulse_collective_message_bytes_bucket", (("le", "+Inf"),))] == 4.0
+    assert s[("commpulse_collective_message_bytes_count", ())] == 4.0
+    assert s[("commpulse_collective_message_bytes_sum", ())] == 1024.0 + 1025.0 + 4.0e6 + 2.0e10
+    promtool = require_component("promtool")
+    res = subprocess.run(
+        [promtool, "check", "metrics"], input=text, capture_output=True, text=True, check=False
+    )
+    assert res.returncode == 0, res.stdout + res.stderr
+
+
+def _batch(size: float) -> CallBatch:
+    return CallBatch(
+        times=np.asarray([1.0]),
+        s_bytes=np.asarray([size]),
+        ops={"AllReduce": (1, int(size) if math.isfinite(size) else 0)},
+        nranks=8,
+        processes=frozenset({"h:1"}),
+    )

@@ -7,6 +7,7 @@ have been delivered.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import tempfile
 from pathlib import Path
@@ -16,7 +17,9 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from collectors.nccl_tail import Tailer
+from agent.clock import FakeClock
+from collectors._base import Reading, SourceStats
+from collectors.nccl_tail import NcclTail, NcclTailConfig, Tailer
 
 NAMES = ("a", "b")
 
@@ -194,3 +197,34 @@ def test_read_from_applies_to_files_found_at_start_only(tmp_path: Path, read_fro
     got = sorted(line for _, line in t.poll())
     assert got == (["before", "fresh"] if read_from == "beginning" else ["fresh"])
     t.close()
+
+
+def test_the_source_reports_its_line_counts_for_the_metrics(tmp_path: Path) -> None:
+    """WARN lines matter to an operator: the source counts them (and undecodable lines)."""
+    log = tmp_path / "nccl.1.log"
+    log.write_text(
+        "node-01:1:1 [0] NCCL INFO AllReduce: opCount 0 sendbuff 0x1 recvbuff 0x1 count 1024 "
+        "datatype 7 op 0 root 0 comm 0x78cf [nranks=8] stream 0x2\n"
+        "node-01:1:1 [0] misc/socket.cc:484 NCCL WARN socketProgress: Connection closed by peer\n"
+        "node-01:1:1 [0] transport/net.cc:1 NCCL WARN NET/IB : Got completion with error 12\n"
+        "node-01:1:1 [0] NCCL INFO AllReduce: opCount 1 sendbuff 0x1 recvbuff 0x1 count garbage\n"
+        "epoch 3 loss 0.25\n"
+    )
+    cfg = NcclTailConfig(enabled=True, paths=(str(log),), read_from="beginning")
+    out: list[Reading] = []
+
+    async def run() -> None:
+        source = NcclTail(cfg, clock=FakeClock(), state_file=tmp_path / "state.json")
+        task = asyncio.create_task(source.run(out.append))
+        while not any(isinstance(r, SourceStats) for r in out):
+            await asyncio.sleep(0)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+    asyncio.run(run())
+    (stats,) = [r for r in out if isinstance(r, SourceStats)]
+    assert stats.values["lines"] == 5
+    assert stats.values["coll_lines"] == 1
+    assert stats.values["warn_lines"] == 2
+    assert stats.values["unparsed_lines"] == 1
+    assert stats.values["files"] == 1

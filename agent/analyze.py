@@ -8,7 +8,7 @@ GPU samples pooled, NCCL logs accumulated).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -20,10 +20,17 @@ from agent.estimate import CollectiveMix, Estimate, EstimateInputs, GpuSamples, 
 from agent.rates import Direction, GridSeries, direction_grids, nominal_interval
 from collectors.counters_csv import read_counters_csv
 from collectors.gpu_csv import read_gpu_csv
+from collectors.nccl_inspector import InspectorSummary, read_inspector_files
 from collectors.nccl_log import NcclLogSummary, read_nccl_logs
 from collectors.pcap import Capture, bin_bytes, read_capture
 
-__all__ = ["AnalysisResult", "analyze_files", "collective_mix", "communicators"]
+__all__ = [
+    "AnalysisResult",
+    "analyze_files",
+    "collective_mix",
+    "communicators",
+    "inspector_json",
+]
 
 #: Capture bins: fine enough for 10 ms periods, coarse enough to stay under 2^18 bins.
 PCAP_MIN_BIN_S = 1e-3
@@ -122,6 +129,28 @@ def collective_mix(summary: NcclLogSummary) -> CollectiveMix:
     )
 
 
+def inspector_json(summary: InspectorSummary) -> dict[str, Any]:
+    """The Inspector summary as JSON: GPU-timed latency and bus bandwidth per op."""
+    return {
+        "records": summary.records,
+        "duplicates": summary.duplicates,
+        "bad_lines": summary.bad_lines,
+        "gpu_timed": summary.gpu_timed,
+        "ops": {
+            op: {
+                "calls": t.calls,
+                "exec_time_p50_s": t.exec_p50_s,
+                "exec_time_p90_s": t.exec_p90_s,
+                "exec_time_p99_s": t.exec_p99_s,
+                "bus_bandwidth_p50_bytes_per_s": t.busbw_p50,
+                "message_bytes_p50": t.msg_bytes_p50,
+            }
+            for op, t in summary.ops.items()
+        },
+        "communicators": summary.communicators,
+    }
+
+
 def communicators(summary: NcclLogSummary) -> list[dict[str, Any]]:
     """Per communicator of the log: N, calls and bytes by op, and the message-size spread.
 
@@ -203,6 +232,7 @@ def analyze_files(
     gpu: Sequence[Path] = (),
     nccl_logs: Sequence[Path] = (),
     pcaps: Sequence[Path] = (),
+    inspector: Sequence[Path] = (),
 ) -> AnalysisResult:
     """Read the given files and estimate. Raises :class:`InputFormatError` on bad input."""
     sources: dict[str, list[str]] = {}
@@ -241,12 +271,19 @@ def analyze_files(
             "unknown_ops": dict(summary.unknown_ops),
             "communicators": communicators(summary),
         }
+    if inspector:
+        sources["nccl_inspector"] = [str(p) for p in inspector]
+        extra["inspector"] = inspector_json(read_inspector_files(inspector))
     if not sources:
-        raise InputFormatError("<none>", "no input: give --counters, --gpu, --nccl-log or --pcap")
+        raise InputFormatError(
+            "<none>", "no input: give --counters, --gpu, --nccl-log, --pcap or --inspector"
+        )
     inputs = EstimateInputs(
         network=network, network_source=network_source, gpu=gpu_samples, collectives=mix
     )
     est = estimate(inputs)
+    if not network and mix is None and gpu_samples is None:
+        est = replace(est, regime="unknown")  # Inspector records alone say nothing of traffic
     return AnalysisResult(estimate=est, sources=sources, extra=extra, inputs=inputs)
 
 

@@ -297,6 +297,15 @@ def _add_analyze(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
         metavar="F",
         help="pcap or pcapng capture (original frame lengths are counted)",
     )
+    p.add_argument(
+        "--inspector",
+        type=Path,
+        action="append",
+        default=[],
+        metavar="F",
+        help="NCCL Inspector plugin dump (<dir>/<host>-pid<pid>.log, JSONL; NCCL >= 2.28): "
+        "GPU-timed latency and bus bandwidth per collective",
+    )
     p.add_argument("--json", action="store_true", help="print the JSON object instead of a table")
     p.add_argument(
         "--table",
@@ -519,8 +528,10 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
     from agent.report import render_table
     from agent.table import parse_what_if, planning_rows, render_rows
 
-    if not (args.counters or args.gpu or args.nccl_log or args.pcap):
-        raise ConfigError("nothing to analyze: give --counters, --gpu, --nccl-log or --pcap")
+    if not (args.counters or args.gpu or args.nccl_log or args.pcap or args.inspector):
+        raise ConfigError(
+            "nothing to analyze: give --counters, --gpu, --nccl-log, --pcap or --inspector"
+        )
     if args.json and args.table:
         raise ConfigError("give --json or --table, not both (--table json is the table as JSON)")
     if args.what_if and not args.table:
@@ -531,11 +542,18 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
 
         check_plot_target(args.plot)  # before the analysis: a missing directory fails fast
     result = analyze_files(
-        counters=args.counters, gpu=args.gpu, nccl_logs=args.nccl_log, pcaps=args.pcap
+        counters=args.counters,
+        gpu=args.gpu,
+        nccl_logs=args.nccl_log,
+        pcaps=args.pcap,
+        inspector=args.inspector,
     )
     if args.table:
         comms = result.extra.get("nccl", {}).get("communicators", [])
-        rows = planning_rows(result.estimate, communicators=comms, what_ifs=what_ifs)
+        timing = result.extra.get("inspector", {}).get("ops", {})
+        rows = planning_rows(
+            result.estimate, communicators=comms, what_ifs=what_ifs, inspector_ops=timing
+        )
         print(render_rows(rows, args.table))
     elif args.json:
         out = result.estimate.to_json()

@@ -13,6 +13,7 @@ Sections::
     [sources.nic_counters]    network-interface counters (netlink or sysfs)
     [sources.rdma_counters]   InfiniBand / RoCE port counters
     [sources.nccl_log]        NCCL debug logs, tailed
+    [sources.nccl_inspector]  NCCL Inspector plugin dumps: GPU-timed collectives
     [sources.gpu_csv]         GPU activity from an nvidia-smi (or named) CSV file
     [sources.nvml]            GPU activity from the driver (NVML: GPM or utilization samples)
     [sources.dcgm_exporter]   GPU activity from a local dcgm-exporter's /metrics
@@ -36,6 +37,7 @@ from agent.errors import ConfigError
 from collectors._config import doc, doc_factory
 from collectors.dcgm_exporter import DcgmExporterConfig
 from collectors.gpu_csv import GpuCsvConfig
+from collectors.nccl_inspector import InspectorConfig
 from collectors.nccl_tail import NcclTailConfig
 from collectors.nic_counters import NicConfig
 from collectors.nvml_gpu import NvmlConfig
@@ -179,6 +181,9 @@ class SourcesSection:
     nic_counters: NicConfig = doc_factory(NicConfig, "Network-interface counters.")
     rdma_counters: RdmaConfig = doc_factory(RdmaConfig, "InfiniBand / RoCE port counters.")
     nccl_log: NcclTailConfig = doc_factory(NcclTailConfig, "NCCL debug logs.")
+    nccl_inspector: InspectorConfig = doc_factory(
+        InspectorConfig, "NCCL Inspector plugin dumps (GPU-timed collectives)."
+    )
     gpu_csv: GpuCsvConfig = doc_factory(GpuCsvConfig, "GPU activity CSV.")
     nvml: NvmlConfig = doc_factory(NvmlConfig, "GPU activity from NVML.")
     dcgm_exporter: DcgmExporterConfig = doc_factory(

@@ -35,6 +35,7 @@ from collectors._base import Source
 from collectors._sampler import Sampler
 from collectors.dcgm_exporter import DcgmExporterSource
 from collectors.gpu_csv import GpuCsvSource
+from collectors.nccl_inspector import InspectorSource
 from collectors.nccl_tail import NcclTail
 from collectors.nic_counters import NicCounters
 from collectors.nvml_gpu import NvmlGpuSource
@@ -79,6 +80,11 @@ def build_sources(
             NcclTail(
                 s.nccl_log, clock=clock, state_file=state, sampler=sampler, raw_lines=raw_lines
             )
+        )
+    if s.nccl_inspector.enabled:
+        state = config.agent.state_dir / "inspector_offsets.json"
+        sources.append(
+            InspectorSource(s.nccl_inspector, clock=clock, state_file=state, sampler=sampler)
         )
     if s.gpu_csv.enabled:
         sources.append(GpuCsvSource(s.gpu_csv, clock=clock, sampler=sampler))

@@ -8,6 +8,7 @@ counters, no host label (Prometheus adds ``instance``).
 
 from __future__ import annotations
 
+import math
 import ssl
 import time
 from collections.abc import Iterator
@@ -25,7 +26,7 @@ from agent import __version__
 from agent.http import MetricsServer
 from agent.pipeline import Snapshot, SnapshotStore
 from agent.regime import REGIMES
-from agent.windows import DeviceStatus
+from agent.windows import EXEC_TIME_BOUNDS, DeviceStatus
 from collectors.rdma_counters import HW_COUNTERS
 
 __all__ = ["SnapshotCollector", "metrics_registry", "start_metrics_server"]
@@ -241,13 +242,40 @@ def _nccl_families(snap: Snapshot) -> Iterator[Metric]:
             "commpulse_collective_message_bytes",
             "Collective size S of each COLL line (nccl-tests definition), since the agent started.",
         )
-        cumulative = 0
-        buckets = []
-        for bound, count in zip((*sizes.bounds, float("inf")), sizes.counts, strict=True):
-            cumulative += count
-            buckets.append(("+Inf" if bound == float("inf") else f"{bound:.0f}", cumulative))
-        hist.add_metric([], buckets, sum_value=sizes.total_bytes)
+        hist.add_metric([], _buckets(sizes.bounds, sizes.counts), sum_value=sizes.total_bytes)
         yield hist
+    if snap.collective_timings:
+        exec_time = HistogramMetricFamily(
+            "commpulse_collective_exec_seconds",
+            "GPU execution time of each collective the NCCL Inspector timed, by op (includes "
+            "time spent waiting for peers inside the kernel).",
+            labels=["op"],
+        )
+        busbw = GaugeMetricFamily(
+            "commpulse_collective_bus_bandwidth_bytes_per_second",
+            "Median nccl-tests bus bandwidth of the recent Inspector-timed collectives, by op.",
+            labels=["op"],
+        )
+        for op, t in snap.collective_timings.items():
+            exec_time.add_metric([op], _buckets(EXEC_TIME_BOUNDS, t.counts), sum_value=t.total_s)
+            if t.busbw_p50 is not None:
+                busbw.add_metric([op], t.busbw_p50)
+        yield exec_time
+        yield busbw
+
+
+def _buckets(bounds: tuple[float, ...], counts: tuple[int, ...]) -> list[tuple[str, float]]:
+    """Cumulative ``le`` buckets from per-bucket counts (the last count is +Inf's)."""
+    out = []
+    cumulative = 0
+    for bound, count in zip((*bounds, math.inf), counts, strict=True):
+        cumulative += count
+        if math.isinf(bound):
+            label = "+Inf"
+        else:
+            label = f"{bound:.0f}" if bound >= 1 and bound.is_integer() else f"{bound:g}"
+        out.append((label, float(cumulative)))
+    return out
 
 
 def _sink_families(snap: Snapshot) -> Iterator[Metric]:

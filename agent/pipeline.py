@@ -31,7 +31,9 @@ from agent.windows import (
     DeviceStatus,
     DeviceTable,
     GpuWindow,
+    OpTimings,
     SizeHistogram,
+    TimingWindow,
     window_capacity,
 )
 from collectors._base import (
@@ -43,6 +45,7 @@ from collectors._base import (
     Reading,
     Source,
     SourceStats,
+    TimingBatch,
 )
 
 __all__ = [
@@ -122,6 +125,8 @@ class Snapshot:
     #: Each source's own running totals (the NCCL tailer's lines, WARNs, rotations, ...).
     source_stats: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
     message_sizes: SizeHistogram | None = None
+    #: GPU-timed collectives from the NCCL Inspector, per op.
+    collective_timings: Mapping[str, OpTimings] = field(default_factory=dict)
 
 
 class SnapshotStore:
@@ -168,6 +173,7 @@ class _State:
     devices: DeviceTable = field(default_factory=DeviceTable)
     health: dict[str, SourceHealth] = field(default_factory=dict)
     stats: dict[str, Mapping[str, int]] = field(default_factory=dict)
+    timings: TimingWindow = field(default_factory=TimingWindow)
 
     def counter_window(self, source: str) -> CounterWindow:
         window = self.counters.get(source)
@@ -355,6 +361,8 @@ class Pipeline:
                 st.calls.add(reading)
             elif isinstance(reading, SourceStats):
                 st.stats[source] = reading.values
+            elif isinstance(reading, TimingBatch):
+                st.timings.add(reading)
 
     def _network(self) -> tuple[str | None, dict[Direction, GridSeries]]:
         """The counter source that carries the most traffic, and its grids.
@@ -455,6 +463,7 @@ class Pipeline:
             last_burst_wall_s=self._last_burst_wall,
             source_stats=dict(self._state.stats),
             message_sizes=self._state.calls.size_histogram(),
+            collective_timings=self._state.timings.summary(),
         )
         self._store.publish(snap)
         for sink in self._sinks.values():

@@ -114,6 +114,18 @@ def render_table(
             lines.append(
                 f"  {op:<14} {count:>10} {format_bytes(nbytes):>12} {nbytes / total:>7.1%}"
             )
+    inspector = (extra or {}).get("inspector")
+    if isinstance(inspector, Mapping) and inspector.get("ops"):
+        lines.append("")
+        head = f"  {'GPU-timed (Inspector)':<22} {'calls':>7} {'p50':>10} {'p99':>10}"
+        lines.append(f"{head} {'bus bw p50':>14}")
+        for op, t in inspector["ops"].items():
+            bw = t.get("bus_bandwidth_p50_bytes_per_s")
+            lines.append(
+                f"  {op:<22} {t['calls']:>7} {_seconds(t['exec_time_p50_s']):>10} "
+                f"{_seconds(t['exec_time_p99_s']):>10} "
+                f"{(format_bytes(bw) + '/s') if bw else '—':>14}"
+            )
     capture = (extra or {}).get("capture")
     if isinstance(capture, Mapping):
         lines.append("")

@@ -59,6 +59,9 @@ COLUMNS = (
     "calls",
     "message_bytes_p50",
     "message_bytes_p99",
+    "latency_p50_s",
+    "latency_p99_s",
+    "bus_bandwidth_p50_bytes_per_s",
     "note",
 )
 
@@ -197,8 +200,9 @@ def planning_rows(
     *,
     communicators: Sequence[Mapping[str, Any]] = (),
     what_ifs: Sequence[WhatIf] = (),
+    inspector_ops: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> list[dict[str, Any]]:
-    """The table: the job, its communicators, then each what-if."""
+    """The table: the job, its communicators, GPU-timed ops (Inspector), then each what-if."""
     t, d = est.period_s, est.duty_cycle
     comm = d * t if t is not None and d is not None else None
     job: dict[str, Any] = {
@@ -228,6 +232,18 @@ def planning_rows(
                 "message_bytes_p50": c.get("message_bytes_p50"),
                 "message_bytes_p99": c.get("message_bytes_p99"),
                 "note": f"{c.get('ranks_here', 0)} rank(s) on this host",
+            }
+        )
+    for op, timing in (inspector_ops or {}).items():
+        rows.append(
+            {
+                "row": f"op {op}",
+                "calls": timing.get("calls"),
+                "message_bytes_p50": timing.get("message_bytes_p50"),
+                "latency_p50_s": timing.get("exec_time_p50_s"),
+                "latency_p99_s": timing.get("exec_time_p99_s"),
+                "bus_bandwidth_p50_bytes_per_s": timing.get("bus_bandwidth_p50_bytes_per_s"),
+                "note": "NCCL Inspector: kernel time on the GPU (includes waiting for peers)",
             }
         )
     for w in what_ifs:

@@ -27,15 +27,21 @@ from collectors._base import (
     CounterReading,
     DeviceInfo,
     GpuReading,
+    TimingBatch,
 )
 
 __all__ = [
+    "EXEC_TIME_BOUNDS",
+    "MESSAGE_SIZE_BOUNDS",
     "CollectiveWindow",
     "CounterWindow",
     "DeviceStatus",
     "DeviceTable",
     "GpuWindow",
+    "OpTimings",
     "Ring",
+    "SizeHistogram",
+    "TimingWindow",
     "split_column",
     "window_capacity",
 ]
@@ -250,6 +256,57 @@ class SizeHistogram:
     bounds: tuple[float, ...]
     counts: tuple[int, ...]
     total_bytes: float
+
+
+#: Upper bounds of the collective execution-time histogram (seconds), then +Inf.
+EXEC_TIME_BOUNDS = (1e-5, 3e-5, 1e-4, 3e-4, 1e-3, 3e-3, 0.01, 0.03, 0.1, 0.3, 1.0, 3.0, 10.0)
+
+
+@dataclass(frozen=True)
+class OpTimings:
+    """GPU execution times of one op since the start (histogram) and its recent bus bandwidth."""
+
+    counts: tuple[int, ...]
+    total_s: float
+    busbw_p50: float | None
+
+
+class TimingWindow:
+    """What the NCCL Inspector timed: per op, a cumulative histogram and recent bandwidths."""
+
+    RECENT = 256
+
+    def __init__(self) -> None:
+        self._bounds = np.asarray(EXEC_TIME_BOUNDS)
+        self._counts: dict[str, npt.NDArray[np.int64]] = {}
+        self._sums: dict[str, float] = {}
+        self._busbw: dict[str, Ring] = {}
+
+    def add(self, batch: TimingBatch) -> None:
+        """Account the operations of a batch."""
+        for call in batch.calls:
+            counts = self._counts.get(call.op)
+            if counts is None:
+                if len(self._counts) >= 64:  # op names come from files: keep the label set small
+                    continue
+                counts = self._counts[call.op] = np.zeros(len(EXEC_TIME_BOUNDS) + 1, np.int64)
+                self._busbw[call.op] = Ring(self.RECENT, 1)
+            counts[int(np.searchsorted(self._bounds, call.exec_s, side="left"))] += 1
+            self._sums[call.op] = self._sums.get(call.op, 0.0) + call.exec_s
+            if call.busbw is not None:
+                self._busbw[call.op].append((call.busbw,))
+
+    def summary(self) -> dict[str, OpTimings]:
+        """Per op: the histogram since the start and the median of the recent bandwidths."""
+        out = {}
+        for op, counts in sorted(self._counts.items()):
+            recent = self._busbw[op].view()[:, 0]
+            out[op] = OpTimings(
+                tuple(int(c) for c in counts),
+                self._sums[op],
+                float(np.median(recent)) if recent.size else None,
+            )
+        return out
 
 
 class CollectiveWindow:

@@ -119,6 +119,25 @@ class LogLine:
 
 
 @dataclass(frozen=True, slots=True)
+class TimedCollective:
+    """One operation as the NCCL Inspector timed it on the GPU."""
+
+    op: str
+    exec_s: float
+    msg_bytes: int
+    busbw: float | None  # nccl-tests bus bandwidth, bytes/s
+    gpu_timed: bool
+
+
+@dataclass(frozen=True, slots=True)
+class TimingBatch:
+    """The Inspector records a sweep found (arrival time; the dumps are periodic)."""
+
+    time_s: float
+    calls: tuple[TimedCollective, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class SourceStats:
     """A source's own running totals (lines read, WARN lines, rotations, ...), for its metrics.
 
@@ -130,7 +149,14 @@ class SourceStats:
 
 
 Reading = (
-    CounterReading | GpuReading | CollectiveCall | CallBatch | DeviceInfo | LogLine | SourceStats
+    CounterReading
+    | GpuReading
+    | CollectiveCall
+    | CallBatch
+    | DeviceInfo
+    | LogLine
+    | SourceStats
+    | TimingBatch
 )
 Emit = Callable[[Reading], None]
 

@@ -528,6 +528,35 @@ def build() -> db.Dashboard:
             unit="cps",
         )
     )
+    d = d.with_panel(
+        series(
+            "GPU time per collective (NCCL Inspector)",
+            "p50 and p99 of each op's execution time on the GPU, from the Inspector plugin "
+            "(includes waiting for slower peers inside the kernel). P99 is what latency-bound "
+            "inference and ZeRO layer trains feel.",
+            [
+                Query(
+                    f"histogram_quantile({q}, sum by (op, le) (rate("
+                    f"commpulse_collective_exec_seconds_bucket{{{HOSTS}}}[$__rate_interval])))",
+                    f"p{int(q * 100)} {{{{op}}}}",
+                )
+                for q in (0.5, 0.99)
+            ],
+            unit="s",
+        )
+    ).with_panel(
+        series(
+            "Bus bandwidth per collective (NCCL Inspector)",
+            "Median nccl-tests bus bandwidth of the recent GPU-timed collectives, by op.",
+            [
+                Query(
+                    f"commpulse_collective_bus_bandwidth_bytes_per_second{{{HOSTS}}}",
+                    "{{op}} {{instance}}",
+                )
+            ],
+            unit="Bps",
+        )
+    )
 
     d = d.with_row(db.Row("Agent health"))
     return (

@@ -19,7 +19,7 @@ from prometheus_client.registry import CollectorRegistry
 from agent.estimate import Estimate
 from agent.exporter import SnapshotCollector
 from agent.pipeline import SinkHealth, Snapshot, SnapshotStore, SourceHealth
-from agent.windows import MESSAGE_SIZE_BOUNDS, DeviceStatus, SizeHistogram
+from agent.windows import MESSAGE_SIZE_BOUNDS, DeviceStatus, OpTimings, SizeHistogram
 from collectors._base import DeviceInfo
 from tests.conftest import require_component
 
@@ -199,6 +199,7 @@ def _full_exposition() -> str:
             last_burst_wall_s=0.5,
             source_stats={"nccl_log": {"lines": 10, "warn_lines": 1, "files": 1}},
             message_sizes=SizeHistogram(MESSAGE_SIZE_BOUNDS, (1,) * 14, 1e6),
+            collective_timings={"AllReduce": OpTimings((1,) * 14, 0.5, 1e11)},
         )
     )
     registry = CollectorRegistry(auto_describe=False)

@@ -49,6 +49,7 @@ __all__ = [
     "CollLine",
     "CommInfo",
     "CommKey",
+    "FastCall",
     "InfoLine",
     "InitLine",
     "LiveDecoder",
@@ -162,6 +163,33 @@ _COLL_FAST_RE: Final = _rx(
     + r") count (\d{1,20}) datatype (\d{1,10}) op -?\d{1,10} root -?\d{1,10}"
     r" comm (" + _PTR + r") \[nranks=(\d{1,10})\]"
 )
+
+# The same fast path in two anchored pieces around a line's only "NCCL INFO ": the prefix is
+# searched in the text before it (ending right there), the message matched right after it. On
+# a line with one "NCCL " (the only lines the live fast path takes) they accept exactly what
+# _COLL_FAST_RE accepts, with the same groups, without trying a match at every position.
+_FAST_PREFIX_RE: Final = _rx(
+    r"(?:\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)(?:\.(\d+))?\] )?"
+    r"(?<![^\s:\[\]()<>])([^\s:\[\]()<>]{1,255}):(\d{1,10}):\d{1,10} \[-?\d{1,6}\] \Z"
+)
+_FAST_BODY_RE: Final = _rx(
+    r"([A-Za-z]{1,64}): opCount [0-9a-fA-F]{1,16} sendbuff (?:"
+    + _PTR
+    + r") recvbuff (?:"
+    + _PTR
+    + r") count (\d{1,20}) datatype (\d{1,10}) op -?\d{1,10} root -?\d{1,10}"
+    r" comm (" + _PTR + r") \[nranks=(\d{1,10})\]"
+)
+
+# Both at once, anchored at the start of the line: the common case (no launcher tag) in a
+# single match that never scans.
+_FAST_LINE_RE: Final = _rx(
+    _FAST_PREFIX_RE.pattern.removesuffix(r"\Z") + "NCCL INFO " + _FAST_BODY_RE.pattern
+)
+
+#: A COLL record on the live fast path: (NCCL timestamp or None, op, S or None, nranks, comm
+#: pointer, "host:pid").
+FastCall = tuple[float | None, str, int | None, int, str, str]
 
 # NCCL 2.3.5 only (src/collectives/*.cu @ v2.3.5-5): no op name, a "size" field in bytes, and
 # "root %d" only in broadcast.cu/reduce.cu.
@@ -857,22 +885,48 @@ class LiveDecoder:
             return parse_timestamp(sec if frac is None else f"{sec}.{frac}")
         return base + int(frac) / _POW10[len(frac)]
 
+    def fast(self, line: str) -> FastCall | None:
+        """The line's COLL record if it is the common case (one prefixed record), else None.
+
+        None means "not decided here": :meth:`decode` then takes the line. Each distinct call
+        shape ``(op, count, datatype, nranks)`` is resolved to its S once.
+        """
+        whole = _FAST_LINE_RE.match(line)
+        if whole is not None:
+            # one "NCCL " and one "opCount" in the line: none after the record, none in the host
+            end = whole.end()
+            if line.find("NCCL ", end) >= 0 or line.find("opCount", end) >= 0:
+                return None
+            sec, frac, host, pid, op, count, dtype, comm, nranks_text = whole.groups()
+            if "opCount" in host:
+                return None
+        else:
+            i = line.find("NCCL INFO ")
+            if i < 0 or line.count("NCCL ") != 1 or line.count("opCount") != 1:
+                return None
+            body = _FAST_BODY_RE.match(line, i + 10)
+            if body is None:
+                return None
+            head = _FAST_PREFIX_RE.search(line, 0, i)  # after a launcher tag
+            if head is None:
+                return None
+            sec, frac, host, pid = head.groups()
+            op, count, dtype, comm, nranks_text = body.groups()
+        shape = self._shapes.get((op, count, dtype, nranks_text))
+        if shape is None:
+            nranks = int(nranks_text)
+            elem = DATATYPE_SIZES.get(int(dtype))
+            shape = (collective_bytes(op, int(count), elem, nranks), nranks)
+            if len(self._shapes) < 65536:
+                self._shapes[(op, count, dtype, nranks_text)] = shape
+        return (self._time(sec, frac), op, shape[0], shape[1], comm, f"{host}:{pid}")
+
     def decode(self, line: str) -> list[CallRecord]:
         """The COLL records of one line (usually zero or one)."""
-        if "opCount " in line:
-            m = _COLL_FAST_RE.search(line)
-            if m is not None and line.count("NCCL ") == 1 and line.count("opCount") == 1:
-                sec, frac, host, pid, op, count, dtype, comm, nranks_text = m.groups()
-                shape = self._shapes.get((op, count, dtype, nranks_text))
-                if shape is None:
-                    nranks = int(nranks_text)
-                    elem = DATATYPE_SIZES.get(int(dtype))
-                    shape = (collective_bytes(op, int(count), elem, nranks), nranks)
-                    if len(self._shapes) < 65536:
-                        self._shapes[(op, count, dtype, nranks_text)] = shape
-                return [CallRecord(self._time(sec, frac), op, shape[0], shape[1], comm,
-                                   f"{host}:{pid}")]  # fmt: skip
-        elif "NCCL " not in line:
+        call = self.fast(line)
+        if call is not None:
+            return [CallRecord(*call)]
+        if "NCCL " not in line and "opCount " not in line:  # a bare record lost its prefix
             return []
         try:
             events, broken = _records(line)

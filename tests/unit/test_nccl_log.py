@@ -1057,3 +1057,44 @@ def test_live_decoder_agrees_with_parse_records_on_coll_lines() -> None:
             if f.timestamp_s is not None:
                 assert f.timestamp_s == pytest.approx(s.timestamp_s, abs=1e-6)
     assert decoder.warn_lines == 1
+
+
+_COLL_MSG = (
+    "NCCL INFO {op}: opCount {oc:x} sendbuff 0x7f0000 recvbuff 0x7f0000 count {count} datatype "
+    "{dt} op 0 root 0 comm 0x55aa{comm:x} [nranks={n}] stream 0x55bb"
+)
+
+
+@given(
+    launcher=st.sampled_from(["", "[rank3]:", "[default0]:", "3: ", "[1,0]<stdout>:",
+                              "(RayTrainWorker pid=12, ip=10.0.0.1) ", "junk opCount ", "x y "]),
+    stamp=st.sampled_from(["", "[2026-05-05 06:16:47] ", "[2026-05-05 06:16:47.123456] "]),
+    op=st.sampled_from(["AllReduce", "AllGather", "ReduceScatter", "Broadcast", "Send", "Foo"]),
+    count=st.integers(0, 2**40),
+    dt=st.integers(0, 12),
+    n=st.integers(1, 4096),
+    comm=st.integers(0, 255),
+    suffix=st.sampled_from(["", " task 3 globalrank 7", " NCCL INFO x", " opCount 1"]),
+)  # fmt: skip
+@settings(max_examples=300, deadline=None)
+def test_live_fast_path_agrees_with_the_full_parser(
+    launcher: str, stamp: str, op: str, count: int, dt: int, n: int, comm: int, suffix: str
+) -> None:
+    """The live decoder's fast path takes a line only when the full parser reads the same
+    single record from it; everything else goes to the full parser."""
+    from collectors.nccl_log import LiveDecoder, parse_records
+
+    msg = _COLL_MSG.format(op=op, oc=7, count=count, dt=dt, comm=comm, n=n)
+    line = f"{launcher}{stamp}gpu-07:4242:4243 [3] {msg}{suffix}"
+    decoder = LiveDecoder()
+    fast = decoder.fast(line)
+    slow = [e for e in parse_records(line) if type(e).__name__ == "CollLine"]
+    got = LiveDecoder().decode(line)
+    assert [(c.op, c.s_bytes, c.nranks, c.comm, c.process) for c in got] == [
+        (s.op, s.s_bytes, s.nranks, s.comm, f"{s.host}:{s.pid}") for s in slow
+    ]
+    if fast is not None:
+        (record,) = slow
+        assert fast[1:] == (record.op, record.s_bytes, record.nranks, record.comm,
+                            f"{record.host}:{record.pid}")  # fmt: skip
+        assert (fast[0] is None) == (record.timestamp_s is None)

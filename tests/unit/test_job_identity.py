@@ -17,10 +17,11 @@ from agent.pipeline import Pipeline, PipelineSettings, SnapshotStore
 from agent.rates import GridSeries
 from agent.simulator.nccl_writer import LoggedCall, job_comm_id, render_nccl_log
 from agent.windows import CollectiveWindow
-from collectors._base import CallBatch, CollectiveCall, Reading
+from collectors._base import CallBatch, CollectiveCall
 from collectors.nccl_log import LiveDecoder
 from collectors.nccl_tail import NcclTail, NcclTailConfig
 from tests.signals import square_wave
+from tests.sources import collect_until
 
 
 def _host_log(host: str, seed: int, nranks: int = 16, first_rank: int = 0) -> list[str]:
@@ -55,17 +56,8 @@ def test_every_host_of_a_job_names_the_same_job_and_another_job_differs(tmp_path
         log = tmp_path / f"{name}.log"
         log.write_text("\n".join(lines) + "\n")
         cfg = NcclTailConfig(enabled=True, paths=(str(log),), read_from="beginning")
-        out: list[Reading] = []
-
-        async def run() -> None:
-            source = NcclTail(cfg, clock=FakeClock(), state_file=tmp_path / f"{name}.json")
-            task = asyncio.create_task(source.run(out.append))
-            while not any(isinstance(r, CallBatch) for r in out):
-                await asyncio.sleep(0)
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
-
-        asyncio.run(run())
+        source = NcclTail(cfg, clock=FakeClock(), state_file=tmp_path / f"{name}.json")
+        out = asyncio.run(collect_until(source, CallBatch))
         return [r for r in out if isinstance(r, CallBatch)]
 
     a = tail(_host_log("node-a", seed=3, first_rank=0), "a")

@@ -24,7 +24,7 @@ from agent.errors import InputFormatError
 from agent.exporter import SnapshotCollector
 from agent.pipeline import Snapshot, SnapshotStore
 from agent.windows import TimingWindow
-from collectors._base import Reading, SourceStats, TimingBatch
+from collectors._base import SourceStats, TimingBatch
 from collectors.nccl_inspector import (
     InspectorConfig,
     InspectorSource,
@@ -32,6 +32,7 @@ from collectors.nccl_inspector import (
     read_inspector_files,
 )
 from tests.conftest import require_component
+from tests.sources import collect_until
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "nccl-inspector"
 DUMPS = sorted(FIXTURES.glob("*.log"))
@@ -129,16 +130,7 @@ def test_the_live_source_emits_each_operation_once(tmp_path: Path) -> None:
     dump.write_text(DUMPS[0].read_text())
     cfg = InspectorConfig(enabled=True, paths=(str(tmp_path / "*.log"),), read_from="beginning")
     source = InspectorSource(cfg, clock=FakeClock(), state_file=tmp_path / "state.json")
-    out: list[Reading] = []
-
-    async def run() -> None:
-        task = asyncio.create_task(source.run(out.append))
-        while not any(isinstance(r, TimingBatch) for r in out):
-            await asyncio.sleep(0)
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
-
-    asyncio.run(run())
+    out = asyncio.run(collect_until(source, TimingBatch))
     (batch,) = [r for r in out if isinstance(r, TimingBatch)]
     lines = DUMPS[0].read_text().splitlines()
     assert len(batch.calls) == len(lines) - 1  # the repeated dump is dropped

@@ -18,8 +18,9 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from agent.clock import FakeClock
-from collectors._base import Reading, SourceStats
+from collectors._base import SourceStats
 from collectors.nccl_tail import NcclTail, NcclTailConfig, Tailer
+from tests.sources import collect_until
 
 NAMES = ("a", "b")
 
@@ -211,17 +212,8 @@ def test_the_source_reports_its_line_counts_for_the_metrics(tmp_path: Path) -> N
         "epoch 3 loss 0.25\n"
     )
     cfg = NcclTailConfig(enabled=True, paths=(str(log),), read_from="beginning")
-    out: list[Reading] = []
-
-    async def run() -> None:
-        source = NcclTail(cfg, clock=FakeClock(), state_file=tmp_path / "state.json")
-        task = asyncio.create_task(source.run(out.append))
-        while not any(isinstance(r, SourceStats) for r in out):
-            await asyncio.sleep(0)
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
-
-    asyncio.run(run())
+    source = NcclTail(cfg, clock=FakeClock(), state_file=tmp_path / "state.json")
+    out = asyncio.run(collect_until(source, SourceStats))
     (stats,) = [r for r in out if isinstance(r, SourceStats)]
     assert stats.values["lines"] == 5
     assert stats.values["coll_lines"] == 1

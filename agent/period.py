@@ -67,15 +67,24 @@ class DetectorSettings:
     """Thresholds of the detector; calibrated on synthetic traffic (see bench/accuracy.py)."""
 
     z_min: float = 5.5
-    comb_min: float = 0.15
+    comb_min: float = 0.2
     min_cycles: float = 2.5
     max_interval_cv: float = 0.25
     min_regular_fraction: float = 0.7
     level_samples: int = 8192
     decimation: int = 4
-    min_lag: int = 8
+    min_lag: int = 5
     min_lag_level0: int = 4
     max_inner_ratio: float = 512.0
+    #: A short window (few cycles) cannot make the jackknife or Bartlett z large, however clean
+    #: the repetition: there a comb this high (aperiodic traffic stayed below 0.5 on the
+    #: benchmark) with a modest z is enough.
+    strong_comb: float = 0.7
+    strong_z_min: float = 2.0
+    strong_min_cycles: float = 3.5
+    #: Below this many cycles a period must have the strong comb whatever its z: with so few
+    #: repetitions in the window, noise makes large-lag peaks look significant.
+    few_cycles: float = 4.2
 
 
 @dataclass(frozen=True)
@@ -219,6 +228,22 @@ def _parabolic(y: FloatArray, i: int) -> tuple[float, float]:
     off = 0.5 * (a - c) / den
     off = max(-0.5, min(0.5, off))
     return i + off, b - 0.25 * (a - c) * off
+
+
+def _peak_at(r: FloatArray, lag: float, tol: float) -> tuple[float, float] | None:
+    """The highest true peak (a local maximum) within ``lag ± tol``, refined, or None.
+
+    Unlike :func:`_peak_near`, a window that only holds a slope has no peak: its highest
+    sample is the window's edge, and taking it for a peak invents a candidate next to a real
+    one (a period of 10 samples read as 9.5).
+    """
+    width = max(tol, 1.0)
+    lo = max(1, math.floor(lag - width))
+    hi = min(r.size - 2, math.ceil(lag + width))
+    peaks = _local_maxima(r, lo, hi + 1)
+    if peaks.size == 0:
+        return None
+    return _parabolic(r, int(peaks[np.argmax(r[peaks])]))
 
 
 def _peak_near(r: FloatArray, lag: float, tol: float) -> tuple[float, float]:
@@ -376,35 +401,47 @@ def detect_level(
     if search_lo >= lag_hi:
         return None
 
-    cands: list[float] = []
+    found: list[tuple[float, float]] = []  # (lag, NSDF height) of true peaks
     for hint in _periodogram_hints(lv, lag_lo, lag_hi):
         if hint < search_lo * 0.9 or hint > lag_hi:
             continue
         k = lv.nfft / hint
         tol = max(1.0, hint - lv.nfft / (k + 1.0))
-        cands.append(_peak_near(r, hint, tol)[0])
+        peak = _peak_at(r, hint, tol)
+        if peak is not None:
+            found.append(peak)
     peaks = _local_maxima(r, search_lo, lag_hi + 1)
     if peaks.size:
         top = peaks[np.argsort(r[peaks])[::-1][:8]]
-        cands.extend(_parabolic(r, int(i))[0] for i in top)
-    if not cands:
+        found.extend(_parabolic(r, int(i)) for i in top)
+    if not found:
         return None
-    for c in list(cands):
+    for c, _ in list(found):
         for d in range(2, 7):
             sub = c / d
             if sub >= search_lo:
-                cands.append(_peak_near(r, sub, 0.03 * sub)[0])
+                peak = _peak_at(r, sub, 0.03 * sub)
+                if peak is not None:
+                    found.append(peak)
+    # Near-equal candidates are one peak seen twice: keep the higher reading of it.
     uniq: list[float] = []
-    for c in sorted(cands):
-        if search_lo <= c <= lag_hi and (not uniq or c - uniq[-1] > max(1.0, 0.01 * c)):
-            uniq.append(c)
+    best_height: list[float] = []
+    for c, h in sorted(found):
+        if not search_lo <= c <= lag_hi:
+            continue
+        if uniq and c - uniq[-1] <= max(1.0, 0.01 * c):
+            if h > best_height[-1]:
+                uniq[-1], best_height[-1] = c, h
+            continue
+        uniq.append(c)
+        best_height.append(h)
     if not uniq:
         return None
 
     comb_max = 0.5 * n
     combs = {c: _comb(r, c, comb_max) for c in uniq}
     height = {c: _peak_near(r, c, 0.5)[1] for c in uniq}
-    short = [c for c in uniq if c <= 0.6 * lag_hi] or uniq
+    short = [c for c in uniq if c <= 0.8 * lag_hi] or uniq
     best = max(short, key=lambda c: combs[c])
 
     # YIN-style fundamental: the smallest lag whose multiples up to ``best`` repeat as well.
@@ -437,11 +474,11 @@ def detect_level(
         target = k * best
         if target > comb_max:
             break
-        pos, h = _peak_near(r, target, 0.03 * target)
-        if h <= 0:
+        peak = _peak_at(r, target, 0.03 * target)
+        if peak is None or peak[1] <= 0:
             break
         ks.append(k)
-        lags.append(pos)
+        lags.append(peak[0])
     lag = float(np.dot(ks, lags) / np.dot(ks, ks)) if ks else best
 
     comb = _comb(r, lag, comb_max)
@@ -449,7 +486,9 @@ def detect_level(
     z_spec = comb / max(_bartlett_sigma(lv.x, lag), 1e-12)
     z = max(z_jk, z_spec)
     cycles = n / lag
-    valid = lag >= lag_lo and cycles >= cfg.min_cycles and comb >= cfg.comb_min and z >= cfg.z_min
+    strong = comb >= cfg.strong_comb and z >= cfg.strong_z_min and cycles >= cfg.strong_min_cycles
+    significant = strong or (z >= cfg.z_min and cycles >= cfg.few_cycles)
+    valid = lag >= lag_lo and cycles >= cfg.min_cycles and comb >= cfg.comb_min and significant
     return LevelDetection(
         level=level,
         dt=dt,
@@ -563,7 +602,12 @@ def edge_timing(x: FloatArray, dt: float, period_s: float, *, t0: float = 0.0) -
     regular_fraction = float(regular.mean()) if regular.size else 0.0
     if not regular.any():
         return EdgeTiming(period_s, math.inf, 0.0, bursts_per_period, 0, rise)
-    t_edges = float(d[regular].sum() / m[regular].sum())
+    # The mean period over the span, (last - first) / cycles, for rising and falling edges:
+    # dropping irregular intervals instead would bias T under random-walk jitter (a long
+    # step dropped, its short neighbours kept).
+    spans = [e[-1] - e[0] for e in (rise, fall)]
+    counts = [float(m_r.sum()), float(m_f.sum())]
+    t_edges = float(sum(spans) / sum(counts))
     single = d[regular] / m[regular]
     cv = float(np.std(single) / np.mean(single)) if single.size > 1 else 0.0
     cycles = round(span / t_edges) if t_edges > 0 else 0

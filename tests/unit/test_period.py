@@ -142,3 +142,41 @@ def test_t_quantile_table_matches_scipy() -> None:
 
     for dof in (1, 2, 5, 10, 30, 100):
         assert t_quantile_9995(dof) == pytest.approx(stats.t.ppf(0.9995, dof), rel=0.01)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_ten_samples_per_period_is_not_read_as_nine_and_a_half(seed: int) -> None:
+    """A 10 ms step polled at 1 kHz (bench S4): the window edge next to the NSDF peak at 10
+    samples is not a peak, so it must not become a 9.5-sample candidate."""
+    x, realised = square_wave(0.01004, 0.3, 1000.0, 0.32, noise=0.1, jitter=0.03, seed=seed)
+    r = estimate_period(x, 1e-3)
+    assert r.period_s is not None
+    assert r.period_s == pytest.approx(realised, rel=0.01)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_four_cycles_in_the_window_are_enough_for_a_clean_square_wave(seed: int) -> None:
+    """Cold start: a window of 4 steps (bench S15) gives T, not "no period"."""
+    x, realised = square_wave(1.0, 0.3, 100.0, 4.0, noise=0.05, jitter=0.02, seed=seed)
+    r = estimate_period(x, 0.01)
+    assert r.period_s == pytest.approx(realised, rel=0.01)
+
+
+def test_under_10_percent_jitter_t_is_the_mean_step_of_the_window() -> None:
+    """Random-walk jitter: T is (last burst - first burst) / steps, not biased by dropping
+    the long steps as irregular (bench S8). A window may be called irregular (no T), never
+    a wrong T; most windows give one."""
+    detected = 0
+    for seed in range(10):
+        b, _ = periodic_bursts(1.0, 0.3, 16.0, jitter=0.10, seed=seed)
+        x = sample_bursts(b, 100.0, 16.0) + np.random.default_rng(seed).normal(0, 0.05, 1600)
+        r = estimate_period(x, 0.01)
+        if r.period_s is None:
+            continue
+        detected += 1
+        # the same span-over-steps on the true edges of the bursts wholly in the window
+        whole = b[(b[:, 0] > 0.02) & (b[:, 1] < 15.98)]
+        edges = [whole[:, 0], whole[:, 1]]
+        truth = sum(e[-1] - e[0] for e in edges) / sum(e.size - 1 for e in edges)
+        assert r.period_s == pytest.approx(truth, rel=0.001), seed
+    assert detected >= 8

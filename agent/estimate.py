@@ -26,6 +26,7 @@ __all__ = [
     "Estimate",
     "EstimateInputs",
     "GpuSamples",
+    "busier_direction",
     "estimate",
     "log_series",
     "whole_periods",
@@ -148,7 +149,9 @@ class Estimate:
         }
 
 
-def _busier(network: Mapping[Direction, GridSeries]) -> tuple[Direction, GridSeries] | None:
+def busier_direction(
+    network: Mapping[Direction, GridSeries],
+) -> tuple[Direction, GridSeries] | None:
     """The direction that carries more bytes (tx/rx preferred over an undirected total)."""
     directed = {d: g for d, g in network.items() if d in ("tx", "rx")} or dict(network)
     best: tuple[Direction, GridSeries] | None = None
@@ -287,7 +290,7 @@ def estimate(
     grid: GridSeries | None = None
     period_source: str | None = None
     last_burst_end: float | None = None
-    chosen = _busier(inputs.network) if inputs.network else None
+    chosen = busier_direction(inputs.network) if inputs.network else None
     if chosen is not None:
         direction, full_grid = chosen
         period = estimate_period(full_grid.rate, full_grid.dt, t0=full_grid.t0, settings=cfg)

@@ -22,7 +22,8 @@ import numpy as np
 
 from agent.clock import Clock, MonotonicClock, Ticker
 from agent.errors import SourceError, SourceUnavailable
-from agent.estimate import Estimate, EstimateInputs, estimate
+from agent.estimate import Estimate, EstimateInputs, busier_direction, estimate
+from agent.period import estimate_period
 from agent.rates import Direction, GridSeries
 from agent.tracker import PeriodTracker
 from agent.windows import (
@@ -162,6 +163,11 @@ class PipelineSettings:
     backoff_max_s: float = 30.0
     job_id: str = ""
     restart_periods: float = 5.0
+    #: Once T is locked, estimate over the last this many periods (within window_s): old data
+    #: ages out in a few periods instead of window_s, and shorter windows cost less.
+    lock_window_periods: float = 16.0
+    #: ... and watch the last this many periods alone for a step change of T.
+    change_window_periods: float = 4.5
 
 
 @dataclass
@@ -364,7 +370,9 @@ class Pipeline:
             elif isinstance(reading, TimingBatch):
                 st.timings.add(reading)
 
-    def _network(self) -> tuple[str | None, dict[Direction, GridSeries]]:
+    def _network(
+        self, since: float | None = None
+    ) -> tuple[str | None, dict[Direction, GridSeries]]:
         """The counter source that carries the most traffic, and its grids.
 
         NIC and RDMA counters see different traffic (RDMA bypasses netdev), and their polls
@@ -373,7 +381,7 @@ class Pipeline:
         best: tuple[str | None, dict[Direction, GridSeries]] = (None, {})
         best_rate = -1.0
         for source, window in sorted(self._state.counters.items()):
-            grids = window.grids()
+            grids = window.grids(since=since)
             for g in grids.values():
                 finite = g.rate[np.isfinite(g.rate)]
                 rate = float(finite.mean()) if finite.size else -1.0
@@ -381,9 +389,17 @@ class Pipeline:
                     best, best_rate = (source, grids), rate
         return best
 
+    def _window_start(self, periods: float) -> float | None:
+        """Start of the last ``periods`` locked periods (None when not locked)."""
+        t = self._tracker.locked
+        if t is None:
+            return None
+        span = min(self._cfg.window_s, max(self._cfg.min_window_s, periods * t))
+        return self._clock.now() - span
+
     def _inputs(self) -> tuple[str | None, EstimateInputs | None]:
         st = self._state
-        source, grids = self._network()
+        source, grids = self._network(since=self._window_start(self._cfg.lock_window_periods))
         since: float | None = None
         if grids:
             since = min(g.t0 for g in grids.values())
@@ -423,8 +439,14 @@ class Pipeline:
                 if self._last_burst_wall is None or wall > self._last_burst_wall:
                     self._last_burst_wall = wall
             update = self._tracker.update(est.period_s)
-            if update.changed and update.period_s is not None:
-                keep_from = self._clock.now() - self._cfg.restart_periods * update.period_s
+            relocked = update.period_s if update.changed else None
+            if relocked is None and update.period_s is not None:
+                relocked = self._tracker.challenge(await self._recent_period())
+                if relocked is not None:
+                    update = replace(update, period_s=relocked, changed=True)
+                    log.info("sync period changed: T = %.4g s (re-locked)", relocked)
+            if relocked is not None:
+                keep_from = self._clock.now() - self._cfg.restart_periods * relocked
                 for window in self._state.counters.values():
                     window.drop_before(keep_from)
             if update.period_s is None:
@@ -442,6 +464,21 @@ class Pipeline:
                 est = replace(est, period_s=update.period_s)
             self._estimates += 1
             self._publish(est, took, locked=update.locked, source=source)
+
+    async def _recent_period(self) -> float | None:
+        """T of the last few locked periods alone (the step-change watch), off the loop."""
+        since = self._window_start(self._cfg.change_window_periods)
+        _, grids = self._network(since=since)
+        chosen = busier_direction(grids) if grids else None
+        if chosen is None:
+            return None
+        grid = chosen[1]
+        try:
+            result = await asyncio.to_thread(estimate_period, grid.rate, grid.dt, t0=grid.t0)
+        except Exception:  # the watch is advisory: never let it stop the estimates
+            log.exception("step-change watch failed on this window")
+            return None
+        return result.period_s
 
     def _publish(
         self, est: Estimate | None, took: float, *, locked: bool, source: str | None

@@ -45,11 +45,31 @@ class PeriodTracker:
         self._candidate: float | None = None
         self._streak = 0
         self._misses = 0
+        self._challenger: float | None = None
 
     @property
     def locked(self) -> float | None:
         """The period currently reported."""
         return self._locked
+
+    def challenge(self, period_s: float | None, *, tol: float = 0.1) -> float | None:
+        """Feed the period of a short recent window (a few of the locked periods).
+
+        Returns a new period to re-lock on when two consecutive short windows agree with each
+        other and both differ from the locked period by more than ``tol``: a step change,
+        seen within a few new periods instead of when it dominates the whole window. ``tol``
+        is wide because a short window's T carries the step jitter of only a few steps.
+        """
+        if self._locked is None or period_s is None or _close(period_s, self._locked, tol):
+            self._challenger = None
+            return None
+        if self._challenger is not None and _close(period_s, self._challenger, self._agree):
+            self._locked = period_s
+            self._challenger = None
+            self._candidate, self._streak, self._misses = None, 0, 0
+            return period_s
+        self._challenger = period_s
+        return None
 
     def update(self, period_s: float | None) -> TrackerUpdate:
         """Feed one window's period (None = no period found)."""

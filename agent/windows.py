@@ -191,11 +191,18 @@ class CounterWindow:
         for ring in self._rings.values():
             ring.drop_before(t)
 
-    def grids(self, dt: float | None = None) -> dict[Direction, GridSeries]:
-        """Per-direction rate grids over the window (directions with at least 3 polls)."""
+    def grids(
+        self, dt: float | None = None, *, since: float | None = None
+    ) -> dict[Direction, GridSeries]:
+        """Per-direction rate grids over the window (directions with at least 3 polls).
+
+        ``since`` keeps only the polls at or after it.
+        """
         out: dict[Direction, GridSeries] = {}
         for d, ring in self._rings.items():
             rows = ring.view()
+            if since is not None:
+                rows = rows[rows[:, 0] >= since]
             if rows.shape[0] < 3:
                 continue
             times = rows[:, 0]

@@ -64,6 +64,7 @@ import numpy as np
 import numpy.typing as npt
 
 from agent.estimate import Estimate, EstimateInputs, estimate
+from agent.period import estimate_period
 from agent.pipeline import PipelineSettings
 from agent.rates import GridSeries, grid_from_cumulative
 from agent.tracker import PeriodTracker
@@ -1039,11 +1040,15 @@ class OnlineWindow:
         """Forget polls older than ``t``."""
         self._lo = max(self._lo, int(np.searchsorted(self._s.times, t, side="left")))
 
-    def grid(self) -> GridSeries | None:
-        """The grid the live window would hand the estimator (None under 3 polls)."""
-        if self._hi - self._lo < 3:
+    def grid(self, since: float | None = None) -> GridSeries | None:
+        """The grid the live window would hand the estimator (None under 3 polls); ``since``
+        keeps the polls at or after it, as ``CounterWindow.grids(since=...)``."""
+        lo = self._lo
+        if since is not None:
+            lo = max(lo, int(np.searchsorted(self._s.times, since, side="left")))
+        if self._hi - lo < 3:
             return None
-        sl = slice(self._lo, self._hi)
+        sl = slice(lo, self._hi)
         try:
             return to_grid(self._s.times[sl], self._s.cumulative[sl])
         except ValueError:
@@ -1080,6 +1085,13 @@ def run_online(
     window = OnlineWindow(stream, window_capacity(settings.window_s, settings.counter_rate_hz))
     tracker = PeriodTracker()
     out: list[OnlineUpdate] = []
+
+    def start(now: float, periods: float) -> float | None:  # Pipeline._window_start
+        t = tracker.locked
+        if t is None:
+            return None
+        return now - min(settings.window_s, max(settings.min_window_s, periods * t))
+
     k = 1
     while True:
         now = t_start + k * settings.hop_s
@@ -1087,14 +1099,21 @@ def run_online(
         if now > t_end:
             break
         window.advance(now)
-        grid = window.grid()
+        grid = window.grid(since=start(now, settings.lock_window_periods))
         if grid is None or grid.duration_s < settings.min_window_s:
             out.append(OnlineUpdate(now, None, None, 0.0))
             continue
         est, _ = run_estimate(grid)
         update = tracker.update(est.period_s)
-        if reset and update.changed and update.period_s is not None:
-            window.drop_before(now - settings.restart_periods * update.period_s)
+        relocked = update.period_s if update.changed else None
+        if reset and relocked is None and update.period_s is not None:
+            recent = window.grid(since=start(now, settings.change_window_periods))
+            short = estimate_period(recent.rate, recent.dt, t0=recent.t0) if recent else None
+            relocked = tracker.challenge(short.period_s if short else None)
+            if relocked is not None:
+                update = replace(update, period_s=relocked, changed=True)
+        if reset and relocked is not None:
+            window.drop_before(now - settings.restart_periods * relocked)
         conf = est.confidence if update.period_s is not None else 0.0
         out.append(OnlineUpdate(now, update.period_s, est.period_s, conf))
         if stop is not None and stop(out):

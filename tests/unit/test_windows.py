@@ -169,3 +169,29 @@ def test_collective_window_takes_batches() -> None:
     assert mix.nranks == 16
     assert mix.processes == 2
     assert mix.call_times.tolist() == [1.0, 2.0, 3.0]
+
+
+def test_a_short_window_that_twice_sees_another_period_relocks_at_once() -> None:
+    """The step-change watch: two short windows agreeing on a new T re-lock without waiting
+    for the new T to dominate the long window."""
+    tr = PeriodTracker()
+    tr.update(1.0)
+    tr.update(1.0)
+    assert tr.locked == 1.0
+    assert tr.challenge(1.02) is None  # within the short window's jitter: no change
+    assert tr.challenge(1.30) is None  # one short window is not enough
+    assert tr.challenge(None) is None  # a window without a period breaks the streak
+    assert tr.challenge(1.30) is None
+    assert tr.challenge(1.31) == pytest.approx(1.31)  # two agreeing: re-locked
+    assert tr.locked == pytest.approx(1.31)
+    assert tr.update(1.30).period_s == pytest.approx(1.30)  # the long window follows
+
+
+def test_the_watch_needs_a_lock_and_agreeing_challengers() -> None:
+    tr = PeriodTracker()
+    assert tr.challenge(2.0) is None  # nothing locked: the normal lock path decides
+    tr.update(1.0)
+    tr.update(1.0)
+    assert tr.challenge(1.5) is None
+    assert tr.challenge(2.0) is None  # 1.5 then 2.0 do not agree with each other
+    assert tr.challenge(2.0) == 2.0

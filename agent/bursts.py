@@ -133,10 +133,16 @@ def burst_stats(
     gap_starts, gap_ends = _runs(off)
     mean_gap = float(np.mean(gap_ends - gap_starts) * dt) if gap_starts.size else None
 
-    off_vals = x[off_core]
-    off_level = float(off_vals.mean()) if off_vals.size else lo
     on_vals = x[on_core]
     resolved = on_vals.size >= MIN_CORE_SAMPLES
+    if not resolved and width > 1:
+        # Bursts shorter than the smoothing: smoothing spread them below half height, into the
+        # "off" class, and their bytes would count as background (V would collapse). The
+        # background comes from the unsmoothed samples instead.
+        raw_off = erode((filled - lo) / contrast < 0.5, 1) & finite
+        off_core = raw_off if raw_off.any() else off_core
+    off_vals = x[off_core]
+    off_level = float(off_vals.mean()) if off_vals.size else lo
     if resolved:
         on_level = float(on_vals.mean())
         b = on_level

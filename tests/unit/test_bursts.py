@@ -77,3 +77,15 @@ def test_jittery_plateaus_still_count_as_bursts() -> None:
 def test_heavy_tailed_background_alone_is_not_bursty(seed: int) -> None:
     x = np.random.default_rng(seed).lognormal(15, 1.0, 6000)
     assert not burst_stats(x, 0.01).has_bursts
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_sub_sample_bursts_keep_their_bytes_per_period(seed: int) -> None:
+    """Bursts of 0.4 samples (bench S3): B and D cannot be resolved and are not reported,
+    but V (bytes per period) must not vanish into the background."""
+    b, realised = periodic_bursts(0.2, 0.02, 6.4, rate=1.0, seed=seed)
+    x = sample_bursts(b, 100.0, 6.4) + 0.02
+    x = x + np.random.default_rng(seed).normal(0.0, 0.05, x.size)
+    stats = burst_stats(x, 0.01, realised)
+    assert not stats.resolved
+    assert stats.bytes_per_period == pytest.approx(0.02 * realised * 1.0, rel=0.1)

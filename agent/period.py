@@ -556,34 +556,31 @@ def edge_timing(x: FloatArray, dt: float, period_s: float, *, t0: float = 0.0) -
     valid = last >= 0
     state[valid] = (u[last[valid]] >= 0.65).astype(np.int64)
     changes = np.flatnonzero((state[1:] != state[:-1]) & (state[:-1] >= 0)) + 1
-    rises: list[float] = []
-    falls: list[float] = []
-    masses: list[float] = []
     csum = np.concatenate(([0.0], np.cumsum(np.clip(u, 0.0, None))))
-    for i in changes:
-        rising = state[i] == 1
-        # Walk back to the 50 % crossing just before the trigger index.
-        j = i
-        while j > 0 and ((u[j - 1] >= 0.5) if rising else (u[j - 1] < 0.5)):
-            j -= 1
-        if j == 0:
-            continue
-        a, b = float(u[j - 1]), float(u[j])
-        frac = (0.5 - a) / (b - a) if b != a else 0.5
-        t = t0 + (j - 0.5 + frac) * dt
-        if rising:
-            rises.append(t)
-        elif rises:
-            falls.append(t)
-            start = round((rises[-1] - t0) / dt)
-            end = round((t - t0) / dt)
-            masses.append(float(csum[max(end, start)] - csum[max(start, 0)]))
-    n_bursts = min(len(rises), len(falls))
+    # Each change of state is timed at the 50 % crossing just before it: one past the last
+    # sample on the other side of 0.5 (vectorised; the changes alternate rise / fall).
+    rising = state[changes] == 1
+    last_below = np.maximum.accumulate(np.where(u < 0.5, idx, -1))
+    last_above = np.maximum.accumulate(np.where(u >= 0.5, idx, -1))
+    before = np.where(rising, last_below[changes - 1], last_above[changes - 1])
+    j = np.minimum(before, changes - 1) + 1
+    keep = j > 0
+    rising, j = rising[keep], j[keep]
+    a, b = u[j - 1], u[j]
+    same = b == a
+    frac = np.where(same, 0.5, (0.5 - a) / np.where(same, 1.0, b - a))
+    times = t0 + (j - 0.5 + frac) * dt
+    first_rise = int(np.argmax(rising)) if rising.any() else rising.size
+    rising, times = rising[first_rise:], times[first_rise:]  # a fall needs a rise before it
+    rises, falls = times[rising], times[~rising]
+    n_bursts = min(rises.size, falls.size)
     if n_bursts < 3:
         return None
-    rise = np.asarray(rises[:n_bursts])
-    fall = np.asarray(falls[:n_bursts])
-    mass = np.asarray(masses[:n_bursts])
+    rise = rises[:n_bursts]
+    fall = falls[:n_bursts]
+    start = np.round((rise - t0) / dt).astype(np.int64)
+    end = np.maximum(np.round((fall - t0) / dt).astype(np.int64), start)
+    mass = csum[end] - csum[np.maximum(start, 0)]
     expected = max(1, int((x.size * dt) / period_s))
     top = np.sort(mass)[::-1][:expected]
     main = mass >= 0.5 * float(np.median(top))

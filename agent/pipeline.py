@@ -438,7 +438,14 @@ class Pipeline:
                 wall = time.time() - (self._clock.now() - est.last_burst_end_s)
                 if self._last_burst_wall is None or wall > self._last_burst_wall:
                     self._last_burst_wall = wall
+            was_locked = self._tracker.locked
             update = self._tracker.update(est.period_s)
+            if was_locked is not None and update.period_s is None:
+                # Lost the period (the job stopped or changed): what the 16 T window no longer
+                # saw must not come back from the older part of the ring and re-lock on it.
+                keep_from = self._clock.now() - self._cfg.lock_window_periods * was_locked
+                for window in self._state.counters.values():
+                    window.drop_before(keep_from)
             relocked = update.period_s if update.changed else None
             if relocked is None and update.period_s is not None:
                 relocked = self._tracker.challenge(await self._recent_period())

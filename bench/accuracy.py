@@ -1104,7 +1104,10 @@ def run_online(
             out.append(OnlineUpdate(now, None, None, 0.0))
             continue
         est, _ = run_estimate(grid)
+        was_locked = tracker.locked
         update = tracker.update(est.period_s)
+        if reset and was_locked is not None and update.period_s is None:
+            window.drop_before(now - settings.lock_window_periods * was_locked)
         relocked = update.period_s if update.changed else None
         if reset and relocked is None and update.period_s is not None:
             recent = window.grid(since=start(now, settings.change_window_periods))

@@ -440,9 +440,9 @@ class Pipeline:
                     self._last_burst_wall = wall
             was_locked = self._tracker.locked
             update = self._tracker.update(est.period_s)
-            if was_locked is not None and update.period_s is None:
-                # Lost the period (the job stopped or changed): what the 16 T window no longer
-                # saw must not come back from the older part of the ring and re-lock on it.
+            if was_locked is not None and update.period_s is None and est.last_burst_end_s is None:
+                # The job stopped (no burst in the 16 T window): its old bursts must not come
+                # back from the older part of the ring and re-lock on a job that is gone.
                 keep_from = self._clock.now() - self._cfg.lock_window_periods * was_locked
                 for window in self._state.counters.values():
                     window.drop_before(keep_from)

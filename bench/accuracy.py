@@ -1106,7 +1106,8 @@ def run_online(
         est, _ = run_estimate(grid)
         was_locked = tracker.locked
         update = tracker.update(est.period_s)
-        if reset and was_locked is not None and update.period_s is None:
+        stopped = est.last_burst_end_s is None
+        if reset and was_locked is not None and update.period_s is None and stopped:
             window.drop_before(now - settings.lock_window_periods * was_locked)
         relocked = update.period_s if update.changed else None
         if reset and relocked is None and update.period_s is not None:

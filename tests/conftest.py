@@ -7,12 +7,18 @@ under ``CI=true`` it fails, so a green CI run always means the real component wa
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
+import sys
 from pathlib import Path
+from types import ModuleType
 
 import pytest
+from prometheus_client import generate_latest
 
+from agent.exporter import metrics_registry
+from agent.pipeline import Snapshot, SnapshotStore
 from agent.simulator.files import simulate_to_dir
 from agent.simulator.params import JobParams
 
@@ -43,3 +49,23 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def exposition(snapshot: Snapshot) -> str:
+    """The /metrics text the agent serves for ``snapshot`` (its own registry and collector)."""
+    store = SnapshotStore()
+    store.publish(snapshot)
+    return generate_latest(metrics_registry(store)).decode()
+
+
+def load_script(path: Path, name: str) -> ModuleType:
+    """Import a file outside the packages (a bench, the dashboard generator) once, by path."""
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up while it loads
+    spec.loader.exec_module(module)
+    return module

@@ -2,32 +2,18 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
-from types import ModuleType
 
 import numpy as np
 import pytest
+
+from tests.conftest import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
 BENCH = ROOT / "bench" / "accuracy.py"
 
 
-def _load() -> ModuleType:
-    name = "bench_accuracy"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, BENCH)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while it loads
-    spec.loader.exec_module(module)
-    return module
-
-
-acc = _load()
+acc = load_script(BENCH, "bench_accuracy")
 
 
 def _overlap_bytes(bursts, a: float, b: float) -> float:

@@ -2,26 +2,21 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 import subprocess
-import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import pytest
 import yaml
-from prometheus_client import generate_latest
-from prometheus_client.registry import CollectorRegistry
 
 from agent.estimate import Estimate
-from agent.exporter import SnapshotCollector
-from agent.pipeline import SinkHealth, Snapshot, SnapshotStore, SourceHealth
+from agent.pipeline import SinkHealth, Snapshot, SourceHealth
 from agent.windows import MESSAGE_SIZE_BOUNDS, DeviceStatus, OpTimings, SizeHistogram
 from collectors._base import DeviceInfo
-from tests.conftest import require_component
+from tests.conftest import exposition, load_script, require_component
 
 ROOT = Path(__file__).resolve().parents[2]
 DASHBOARD = ROOT / "deploy" / "grafana" / "commpulse.json"
@@ -34,13 +29,7 @@ VARIABLES = {"$instance": ".*", "$job_id": ".*", "$__rate_interval": "1m"}
 
 
 def _generator() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("build_dashboard", GENERATOR)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while it loads
-    spec.loader.exec_module(module)
-    return module
+    return load_script(GENERATOR, "build_dashboard")
 
 
 def _dashboard() -> dict[str, Any]:
@@ -173,8 +162,7 @@ def _full_exposition() -> str:
         gpu_signal="sm_active",
         gpu_activity=0.6,
     )
-    store = SnapshotStore()
-    store.publish(
+    text = exposition(
         Snapshot(
             estimate=est,
             time_s=1.0,
@@ -202,9 +190,7 @@ def _full_exposition() -> str:
             collective_timings={"AllReduce": OpTimings((1,) * 14, 0.5, 1e11)},
         )
     )
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(SnapshotCollector(store))
-    return generate_latest(registry).decode() + GOLDEN_DEVICES.read_text()
+    return text + GOLDEN_DEVICES.read_text()
 
 
 def test_every_metric_a_query_names_exists() -> None:

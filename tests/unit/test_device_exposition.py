@@ -7,17 +7,13 @@ import os
 import subprocess
 from pathlib import Path
 
-from prometheus_client import generate_latest
-from prometheus_client.registry import CollectorRegistry
-
 from agent.clock import FakeClock
-from agent.exporter import SnapshotCollector
-from agent.pipeline import Snapshot, SnapshotStore
+from agent.pipeline import Snapshot
 from agent.windows import DeviceTable
 from collectors._base import CounterReading, DeviceInfo, Reading
 from collectors.nic_counters import NicConfig, NicCounters
 from collectors.rdma_counters import RdmaConfig, RdmaCounters
-from tests.conftest import require_component
+from tests.conftest import exposition, require_component
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURE = ROOT / "fixtures" / "mlx5-host" / "sys"
@@ -46,11 +42,7 @@ def _device_exposition() -> str:
             elif isinstance(r, CounterReading):
                 table.add_reading(source.name, r)
         table.hop()
-    store = SnapshotStore()
-    store.publish(Snapshot(None, 0.0, 0.0, 0.0, (), devices=tuple(table.hop())))
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(SnapshotCollector(store))
-    text = generate_latest(registry).decode()
+    text = exposition(Snapshot(None, 0.0, 0.0, 0.0, (), devices=tuple(table.hop())))
     keep = [
         line for line in text.splitlines() if "commpulse_device" in line or "commpulse_rdma" in line
     ]

@@ -6,15 +6,12 @@ import math
 import subprocess
 
 import numpy as np
-from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
-from prometheus_client.registry import CollectorRegistry
 
 from agent.estimate import Estimate
-from agent.exporter import SnapshotCollector
-from agent.pipeline import Snapshot, SnapshotStore, SourceHealth
+from agent.pipeline import Snapshot, SourceHealth
 from collectors._base import CallBatch
-from tests.conftest import require_component
+from tests.conftest import exposition, require_component
 
 
 def _estimate(**kw: object) -> Estimate:
@@ -33,8 +30,7 @@ def _estimate(**kw: object) -> Estimate:
 
 
 def _exposition(est: Estimate | None) -> str:
-    store = SnapshotStore()
-    store.publish(
+    return exposition(
         Snapshot(
             estimate=est,
             time_s=1.0,
@@ -44,9 +40,6 @@ def _exposition(est: Estimate | None) -> str:
                      SourceHealth("nccl_log", up=False, errors=2)),
         )
     )  # fmt: skip
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(SnapshotCollector(store))
-    return generate_latest(registry).decode()
 
 
 def _samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -97,7 +90,6 @@ def test_promtool_check_metrics_is_clean() -> None:
 
 
 def _snapshot_exposition(**kw: object) -> str:
-    store = SnapshotStore()
     base: dict[str, object] = {
         "estimate": _estimate(gpu_signal="sm_active", gpu_activity=0.62),
         "time_s": 1.0,
@@ -106,10 +98,7 @@ def _snapshot_exposition(**kw: object) -> str:
         "sources": (),
     }
     base.update(kw)
-    store.publish(Snapshot(**base))  # type: ignore[arg-type]
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(SnapshotCollector(store))
-    return generate_latest(registry).decode()
+    return exposition(Snapshot(**base))  # type: ignore[arg-type]
 
 
 def test_job_identity_and_last_burst_are_exported_for_the_fleet_rules() -> None:

@@ -14,15 +14,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
-from prometheus_client.registry import CollectorRegistry
 
 from agent.cli import main
 from agent.clock import FakeClock
 from agent.errors import InputFormatError
-from agent.exporter import SnapshotCollector
-from agent.pipeline import Snapshot, SnapshotStore
+from agent.pipeline import Snapshot
 from agent.windows import TimingWindow
 from collectors._base import SourceStats, TimingBatch
 from collectors.nccl_inspector import (
@@ -31,7 +28,7 @@ from collectors.nccl_inspector import (
     parse_inspector_record,
     read_inspector_files,
 )
-from tests.conftest import require_component
+from tests.conftest import exposition, require_component
 from tests.sources import collect_until
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "nccl-inspector"
@@ -147,11 +144,7 @@ def test_timings_are_exported_as_histograms_promtool_clean() -> None:
     for r in source.accept([line for d in DUMPS for line in d.read_text().splitlines()], 1.0):
         if isinstance(r, TimingBatch):
             window.add(r)
-    store = SnapshotStore()
-    store.publish(Snapshot(None, 0.0, 0.0, 0.0, (), collective_timings=window.summary()))
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(SnapshotCollector(store))
-    text = generate_latest(registry).decode()
+    text = exposition(Snapshot(None, 0.0, 0.0, 0.0, (), collective_timings=window.summary()))
     samples = {
         (s.name, tuple(sorted(s.labels.items()))): s.value
         for fam in text_string_to_metric_families(text)

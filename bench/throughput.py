@@ -30,11 +30,12 @@ import os
 import resource
 import shutil
 import statistics
+import struct
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 NS = "cpbench"
@@ -314,10 +315,203 @@ def _timed(fn: Callable[[], object]) -> float:
     return time.perf_counter() - t
 
 
+# --- pcap: read + decode + bin -------------------------------------------------------------
+
+_LOCAL_MAC = bytes.fromhex("020000000001")
+_SNAPLEN = 128
+
+
+def _ip4(src: bytes, dst: bytes, proto: int, payload: int) -> bytes:
+    return struct.pack("!BBHHHBBH4s4s", 0x45, 0, 20 + payload, 0, 0x4000, 64, proto, 0, src, dst)
+
+
+def _capture_templates() -> list[tuple[bytes, int, int, float]]:
+    """(frame head, smallest and largest original length, weight) of a RoCE host's traffic.
+
+    16 peers x 4 QPs of RoCEv2 (RDMA WRITE first/middle/last of 4 KiB MTU, ACKs, CNPs from the
+    peers; every fourth peer behind an 802.1Q tag), 32 TCP flows (TSO sends up to 64 KiB and
+    their ACKs), 8 IPv6 TCP flows and some ARP.
+    """
+    local4 = bytes([10, 0, 0, 1])
+    local6 = bytes.fromhex("fd00" + "00" * 13 + "01")
+    out: list[tuple[bytes, int, int, float]] = []
+    for i in range(16):
+        peer, peer4 = bytes.fromhex(f"0200000001{i:02x}"), bytes([10, 0, 1, i])
+        tag = b"\x81\x00" + struct.pack("!H", 100) if i % 4 == 3 else b""
+        for q in range(4):
+            qp = 0x100 + i * 4 + q
+            tx = q % 2 == 0
+            eth = (peer + _LOCAL_MAC if tx else _LOCAL_MAC + peer) + tag + b"\x08\x00"
+            src, dst = (local4, peer4) if tx else (peer4, local4)
+            for opcode, lo, hi, weight in ((6, 4154, 4154, 2.0), (7, 4154, 4154, 6.0),
+                                           (8, 1082, 4154, 2.0), (0x11, 62, 62, 1.0)):  # fmt: skip
+                bth = struct.pack("!BBHII", opcode, 0x40, 0xFFFF, qp, 0x1234)
+                udp = struct.pack("!HHHH", 49152 + qp, 4791, 8 + 12 + 4096, 0)
+                out.append((eth + _ip4(src, dst, 17, 8 + 12 + 4096) + udp + bth, lo, hi, weight))
+            cnp = struct.pack("!BBHII", 0x81, 0x40, 0xFFFF, qp, 0) + bytes(16)
+            udp = struct.pack("!HHHH", 49152, 4791, 8 + 12 + 16, 0)
+            head = _LOCAL_MAC + peer + tag + b"\x08\x00" + _ip4(peer4, local4, 17, 36) + udp + cnp
+            out.append((head, 78, 78, 0.3))
+    for k in range(32):
+        peer, peer4 = bytes.fromhex(f"0200000001{k % 16:02x}"), bytes([10, 0, 1, k % 16])
+        seg = struct.pack("!HHIIBBHHH", 40000 + k, 5201, 1, 1, 0x50, 0x18, 65535, 0, 0)
+        out.append((peer + _LOCAL_MAC + b"\x08\x00" + _ip4(local4, peer4, 6, 20) + seg, 1514,
+                    65226, 1.0))  # fmt: skip
+        ack = struct.pack("!HHIIBBHHH", 5201, 40000 + k, 1, 1, 0x50, 0x10, 65535, 0, 0)
+        out.append((_LOCAL_MAC + peer + b"\x08\x00" + _ip4(peer4, local4, 6, 20) + ack, 60, 60,
+                    1.0))  # fmt: skip
+    for k in range(8):
+        peer6 = bytes.fromhex("fd00" + "00" * 13 + f"{k + 2:02x}")
+        ip6 = struct.pack("!IHBB16s16s", 0x60000000, 1000, 6, 64, peer6, local6)
+        seg = struct.pack("!HHIIBBHHH", 443, 50000 + k, 1, 1, 0x50, 0x18, 65535, 0, 0)
+        out.append((_LOCAL_MAC + bytes.fromhex(f"0200000001{k:02x}") + b"\x86\xdd" + ip6 + seg,
+                    86, 9014, 0.5))  # fmt: skip
+    out.append((b"\xff" * 6 + _LOCAL_MAC + b"\x08\x06" + bytes(28), 60, 60, 0.05))
+    return out
+
+
+def _write_capture(path: Path, packets: int, *, pcapng: bool, seed: int = 7) -> None:
+    """A little-endian µs pcap (or pcapng: one interface, µs) cut at a 128-byte snaplen."""
+    import random
+
+    rng = random.Random(seed)
+    templates = _capture_templates()
+    picks = rng.choices(range(len(templates)), [t[3] for t in templates], k=packets)
+    heads = [(t[0] + bytes(_SNAPLEN))[:_SNAPLEN] for t in templates]
+    t_us = 1_700_000_000 * 1_000_000
+    rec = struct.Struct("<IIII")
+    epb = struct.Struct("<IIIIIII")
+    with path.open("wb") as fh:
+        if pcapng:
+            fh.write(struct.pack("<IIIHHq", 0x0A0D0D0A, 28, 0x1A2B3C4D, 1, 0, -1) + b"\x1c\0\0\0")
+            fh.write(struct.pack("<IIHHII", 1, 20, 1, 0, _SNAPLEN, 20))
+        else:
+            fh.write(struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, _SNAPLEN, 1))
+        out: list[bytes] = []
+        for k in picks:
+            _, lo, hi, _ = templates[k]
+            orig = lo if lo == hi else rng.randint(lo, hi)
+            cap = min(orig, _SNAPLEN)
+            t_us += rng.randint(0, 3)
+            if pcapng:
+                pad = -cap % 4
+                blen = 32 + cap + pad
+                out.append(epb.pack(6, blen, 0, t_us >> 32, t_us & 0xFFFFFFFF, cap, orig))
+                out.append(heads[k][:cap] + bytes(pad) + struct.pack("<I", blen))
+            else:
+                out.append(rec.pack(t_us // 1_000_000, t_us % 1_000_000, cap, orig))
+                out.append(heads[k][:cap])
+            if len(out) >= 65536:
+                fh.write(b"".join(out))
+                out.clear()
+        fh.write(b"".join(out))
+
+
+def _dpkt_records(path: Path, pcapng: bool) -> Iterator[tuple[float, int, bytes]]:
+    """(time, original length, captured bytes) per packet, with dpkt's own classes.
+
+    dpkt's Readers yield only ``(ts, buf)``, without the original length that a snaplen-cut
+    capture needs, so this is their loop (read header, read data) keeping ``len``.
+    """
+    import dpkt
+
+    with path.open("rb") as f:
+        if not pcapng:
+            dpkt.pcap.Reader(f)  # checks and consumes the file header
+            while head := f.read(16):
+                h = dpkt.pcap.LEPktHdr(head)
+                yield h.tv_sec + h.tv_usec / 1e6, h.len, f.read(h.caplen)
+            return
+        dpkt.pcapng.Reader(f)  # section header and interface description
+        while len(head := f.read(8)) == 8:
+            btype, blen = struct.unpack("<II", head)
+            block = head + f.read(blen - 8)
+            if btype == 6:
+                epb = dpkt.pcapng.EnhancedPacketBlockLE(block)
+                yield ((epb.ts_high << 32) | epb.ts_low) / 1e6, epb.pkt_len, epb.pkt_data
+
+
+def _dpkt_analyse(path: Path, pcapng: bool) -> tuple[int, ...]:
+    """What you would write with dpkt: Ethernet(buf), then the fields, per packet."""
+    import dpkt
+
+    packets = total = tx = roce = cnp = 0
+    flows: set[tuple[object, ...]] = set()
+    qps: set[tuple[bytes, int]] = set()
+    bins: dict[tuple[int, bool], int] = {}
+    t0: float | None = None
+    for ts, orig, buf in _dpkt_records(path, pcapng):
+        packets += 1
+        total += orig
+        if t0 is None:
+            t0 = ts
+        eth = dpkt.ethernet.Ethernet(buf)
+        is_tx = eth.src == _LOCAL_MAC
+        tx += orig if is_tx else 0
+        key = (int((ts - t0) * 1000), is_tx)
+        bins[key] = bins.get(key, 0) + orig
+        ip = eth.data
+        if not isinstance(ip, dpkt.ip.IP | dpkt.ip6.IP6):
+            continue
+        l4 = ip.data
+        if isinstance(l4, dpkt.tcp.TCP | dpkt.udp.UDP):
+            flows.add((ip.p, ip.src, l4.sport, ip.dst, l4.dport))
+            bth = l4.data
+            if isinstance(l4, dpkt.udp.UDP) and l4.dport == 4791 and len(bth) >= 12:
+                roce += 1
+                cnp += bth[0] == 0x81
+                qps.add((ip.dst, int.from_bytes(bth[5:8], "big")))
+        else:
+            flows.add((ip.p, ip.src, None, ip.dst, None))
+    return packets, total, tx, roce, cnp, len(flows), len(qps)
+
+
+def _commpulse_analyse(path: Path) -> tuple[int, ...]:
+    """read_capture + bin_bytes at 1 ms over the whole capture."""
+    from collectors.pcap import bin_bytes, read_capture
+
+    cap = read_capture(path)
+    s = cap.stats
+    assert s.first_time_s is not None
+    assert s.last_time_s is not None
+    t0 = float(int(s.first_time_s))  # a whole second: the float first time can round up
+    n_bins = int((s.last_time_s - t0) / 1e-3) + 2
+    tx, rx = bin_bytes(cap, t0=t0, bin_s=1e-3, n_bins=n_bins)
+    assert int(tx.sum() + rx.sum()) == s.bytes
+    return (s.packets, s.bytes, int(tx.sum()), s.roce_packets, s.cnp_packets, s.flows,
+            s.roce_qps)  # fmt: skip
+
+
+def pcap_table(packets: int) -> None:
+    """Packets per second through read + decode + 1 ms binning, against plain dpkt."""
+    with tempfile.TemporaryDirectory(dir="/dev/shm" if Path("/dev/shm").is_dir() else None) as d:
+        for pcapng in (False, True):
+            path = Path(d) / ("bench.pcapng" if pcapng else "bench.pcap")
+            _write_capture(path, packets, pcapng=pcapng)
+            base = _dpkt_analyse(path, pcapng)
+            ours = _commpulse_analyse(path)
+            assert base == ours, f"dpkt {base} != commpulse {ours}"
+            rows = []
+            for name, fn in (("plain dpkt: Ethernet(buf) per packet (baseline)",
+                              lambda p=path, ng=pcapng: _dpkt_analyse(p, ng)),
+                             ("commpulse: read_capture + bin_bytes (1 ms)",
+                              lambda p=path: _commpulse_analyse(p))):  # fmt: skip
+                best = min(_timed(fn) for _ in range(3))
+                rows.append((name, packets / best))
+            size = path.stat().st_size / 2**20
+            head = f"{'pcapng' if pcapng else 'pcap'}, {packets} packets ({size:.0f} MiB)"
+            print(f"\n| {head} | packets/s | vs baseline |")
+            print("|---|---|---|")
+            for name, rate in rows:
+                print(f"| {name} | {rate:,.0f} | {rate / rows[0][1]:.2f}x |")
+            print(f"\ntotals (packets, bytes, tx bytes, RoCE, CNP, flows, QPs): {ours}")
+
+
 def inside(args: argparse.Namespace) -> None:
     sweep_table(args.repeat)
     cpu_table(args.seconds)
     nccl_table(args.nccl_lines)
+    pcap_table(args.pcap_packets)
 
 
 def main() -> None:
@@ -328,10 +522,18 @@ def main() -> None:
     parser.add_argument(
         "--nccl-only", action="store_true", help="only the NCCL log table (no root needed)"
     )
+    parser.add_argument("--pcap-packets", type=int, default=1_000_000)
+    parser.add_argument(
+        "--pcap-only", action="store_true", help="only the pcap tables (no root needed)"
+    )
     parser.add_argument("--inside", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.inside:
         inside(args)
+        return
+    if args.pcap_only:
+        sys.path.insert(0, str(ROOT))
+        pcap_table(args.pcap_packets)
         return
     if args.nccl_only:
         sys.path.insert(0, str(ROOT))
@@ -350,7 +552,7 @@ def main() -> None:
         subprocess.run(
             ["ip", "netns", "exec", NS, sys.executable, __file__, "--inside",
              "--seconds", str(args.seconds), "--repeat", str(args.repeat),
-             "--nccl-lines", str(args.nccl_lines)],
+             "--nccl-lines", str(args.nccl_lines), "--pcap-packets", str(args.pcap_packets)],
             check=True, env=env,
         )  # fmt: skip
     finally:

@@ -17,6 +17,7 @@ Sections::
     [sources.gpu_csv]         GPU activity from an nvidia-smi (or named) CSV file
     [sources.nvml]            GPU activity from the driver (NVML: GPM or utilization samples)
     [sources.dcgm_exporter]   GPU activity from a local dcgm-exporter's /metrics
+    [sources.packet_capture]  live packet capture on named interfaces (needs CAP_NET_RAW)
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from collectors.nccl_inspector import InspectorConfig
 from collectors.nccl_tail import NcclTailConfig
 from collectors.nic_counters import NicConfig
 from collectors.nvml_gpu import NvmlConfig
+from collectors.packet_capture import CaptureConfig
 from collectors.rdma_counters import RdmaConfig
 
 __all__ = [
@@ -188,6 +190,9 @@ class SourcesSection:
     nvml: NvmlConfig = doc_factory(NvmlConfig, "GPU activity from NVML.")
     dcgm_exporter: DcgmExporterConfig = doc_factory(
         DcgmExporterConfig, "GPU activity from a local dcgm-exporter."
+    )
+    packet_capture: CaptureConfig = doc_factory(
+        CaptureConfig, "Live packet capture (AF_PACKET; needs CAP_NET_RAW)."
     )
 
     def __post_init__(self) -> None:

@@ -39,6 +39,7 @@ from collectors.nccl_inspector import InspectorSource
 from collectors.nccl_tail import NcclTail
 from collectors.nic_counters import NicCounters
 from collectors.nvml_gpu import NvmlGpuSource
+from collectors.packet_capture import PacketCapture
 from collectors.rdma_counters import RdmaCounters
 
 __all__ = ["Daemon", "build_sources", "host_name", "pipeline_settings"]
@@ -55,6 +56,8 @@ def pipeline_settings(config: Config) -> PipelineSettings:
     """Pipeline settings from the configuration (rates sized from the sources' poll rates)."""
     s = config.sources
     rates = [1.0 / c.poll_interval_s for c in (s.nic_counters, s.rdma_counters) if c.enabled]
+    if s.packet_capture.enabled:
+        rates.append(1.0 / s.packet_capture.bin_s)
     return PipelineSettings(
         window_s=config.agent.window_s,
         hop_s=config.agent.hop_s,
@@ -92,6 +95,8 @@ def build_sources(
         sources.append(NvmlGpuSource(s.nvml, clock=clock, sampler=sampler))
     if s.dcgm_exporter.enabled:
         sources.append(DcgmExporterSource(s.dcgm_exporter, clock=clock))
+    if s.packet_capture.enabled:
+        sources.append(PacketCapture(s.packet_capture, clock=clock))
     return sources
 
 

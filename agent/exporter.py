@@ -58,6 +58,7 @@ class SnapshotCollector(Collector):
         yield from self._health(snap)
         yield from _job_families(snap)
         yield from _nccl_families(snap)
+        yield from _capture_families(snap)
         yield from _device_families(snap.devices)
         est = snap.estimate
         if est is None:
@@ -262,6 +263,75 @@ def _nccl_families(snap: Snapshot) -> Iterator[Metric]:
                 busbw.add_metric([op], t.busbw_p50)
         yield exec_time
         yield busbw
+
+
+def _capture_families(snap: Snapshot) -> Iterator[Metric]:
+    """What live packet capture saw besides bytes: RoCE and CNP packets, flows, and losses.
+
+    Packet counts are estimates of the wire totals (captured frames × ``sample_every``), like
+    the capture's byte counters; ``captured`` and the drops are frames actually handled.
+    """
+    stats = snap.source_stats.get("packet_capture")
+    if not stats:
+        return
+    packets = CounterMetricFamily(
+        "commpulse_capture_packets",
+        "Frames by kind: captured (handed to the agent, after sampling); roce and cnp (RoCEv2 "
+        "and its congestion notifications, estimated wire counts); undecoded (headers not "
+        "understood, bytes still counted).",
+        labels=["kind"],
+    )
+    packets.add_metric(["captured"], float(stats.get("captured_packets", 0)))
+    packets.add_metric(["roce"], float(stats.get("roce_packets", 0)))
+    packets.add_metric(["cnp"], float(stats.get("cnp_packets", 0)))
+    packets.add_metric(["undecoded"], float(stats.get("undecoded_packets", 0)))
+    yield packets
+    lost = CounterMetricFamily(
+        "commpulse_capture_dropped_packets",
+        "Frames the kernel dropped because the capture ring was full (raise ring_mib or "
+        "sample_every): the byte series undercounts while this grows.",
+    )
+    lost.add_metric([], float(stats.get("kernel_dropped_packets", 0)))
+    yield lost
+    late = CounterMetricFamily(
+        "commpulse_capture_late_packets",
+        "Frames that reached the agent after their time bin was closed (counted in a later bin).",
+    )
+    late.add_metric([], float(stats.get("late_packets", 0)))
+    yield late
+    handovers = CounterMetricFamily(
+        "commpulse_capture_dropped_handovers",
+        "Batches of capture readings dropped because the agent's event loop fell behind (the "
+        "counters are cumulative: time resolution is lost, bytes are not).",
+    )
+    handovers.add_metric([], float(stats.get("handover_drops", 0)))
+    yield handovers
+    proto = CounterMetricFamily(
+        "commpulse_capture_protocol_bytes",
+        "Captured bytes by transport (estimated wire bytes; RoCEv2 is UDP).",
+        labels=["protocol"],
+    )
+    proto.add_metric(["tcp"], float(stats.get("tcp_bytes", 0)))
+    proto.add_metric(["udp"], float(stats.get("udp_bytes", 0)))
+    yield proto
+    flows = GaugeMetricFamily(
+        "commpulse_capture_flows",
+        "Distinct flows (5-tuples) seen in the last flow_window_s.",
+    )
+    flows.add_metric([], float(stats.get("flows", 0)))
+    yield flows
+    qps = GaugeMetricFamily(
+        "commpulse_capture_queue_pairs",
+        "Distinct RoCEv2 destination queue pairs seen in the last flow_window_s.",
+    )
+    qps.add_metric([], float(stats.get("queue_pairs", 0)))
+    yield qps
+    every = GaugeMetricFamily(
+        "commpulse_capture_sample_every",
+        "1-in-N sampling of the capture (1: every frame).",
+    )
+    every.add_metric([], float(stats.get("sample_every", 1)))
+    yield every
 
 
 def _buckets(bounds: tuple[float, ...], counts: tuple[int, ...]) -> list[tuple[str, float]]:

@@ -401,7 +401,8 @@ def build() -> db.Dashboard:
         .with_panel(
             series(
                 "RoCE congestion and transport errors",
-                "CNPs per second and port (DCQCN throttling), and the retransmission signals.",
+                "CNPs per second and port (DCQCN throttling), the retransmission signals, and "
+                "CNPs seen by live packet capture (with the frames its ring dropped).",
                 [
                     Query(
                         f"instance_device:commpulse_rdma_cnp:rate5m{{{HOSTS}}}",
@@ -413,6 +414,16 @@ def build() -> db.Dashboard:
                         'counter=~"out_of_sequence|packet_seq_err|local_ack_timeout_err'
                         '|roce_adp_retrans|rnr_nak_retry_err"}[$__rate_interval]))',
                         "{{counter}} {{instance}} {{device}}:{{port}}",
+                    ),
+                    Query(
+                        f'rate(commpulse_capture_packets_total{{{HOSTS}, kind="cnp"}}'
+                        "[$__rate_interval])",
+                        "captured CNP {{instance}}",
+                    ),
+                    Query(
+                        f"rate(commpulse_capture_dropped_packets_total{{{HOSTS}}}"
+                        "[$__rate_interval])",
+                        "capture ring drops {{instance}}",
                     ),
                 ],
                 unit="cps",

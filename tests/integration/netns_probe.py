@@ -1,8 +1,11 @@
-"""Run inside a network namespace: the real NIC source and pipeline, then print the estimate.
+"""Run inside a network namespace: a real source and the pipeline, then print the estimate.
 
-Used by test_nic_netns.py as ``ip netns exec NS python -m tests.integration.netns_probe ...``
-(``ip netns exec`` remounts /sys, so both the netlink and the sysfs reader see the namespace's
-own interfaces). Prints one JSON object on stdout.
+Used by test_nic_netns.py and test_capture_netns.py as
+``ip netns exec NS python -m tests.integration.netns_probe ...`` (``ip netns exec`` remounts
+/sys, so both the netlink and the sysfs reader see the namespace's own interfaces). With
+``--include`` it runs the NIC counter source; with ``--capture IF`` live packet capture, and
+then also the kernel's own byte counters of IF over the capture's lifetime. Prints one JSON
+object on stdout.
 """
 
 from __future__ import annotations
@@ -10,49 +13,106 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+from pathlib import Path
 
 from agent.clock import MonotonicClock
-from agent.pipeline import Pipeline, PipelineSettings, SnapshotStore
+from agent.pipeline import Pipeline, PipelineSettings, Snapshot, SnapshotStore
+from collectors._base import Source
 from collectors.nic_counters import NicConfig, NicCounters
+from collectors.packet_capture import CaptureConfig, PacketCapture
+
+
+def _kernel_bytes(interface: str) -> dict[str, int]:
+    stats = Path("/sys/class/net") / interface / "statistics"
+    return {d: int((stats / f"{d}_bytes").read_text()) for d in ("tx", "rx")}
 
 
 async def _run(args: argparse.Namespace) -> dict[str, object]:
     clock = MonotonicClock()
     store = SnapshotStore()
-    source = NicCounters(
-        NicConfig(include=args.include, method=args.method, poll_interval_s=args.poll),
-        clock=clock,
-    )
+    source: Source
+    if args.capture:
+        source = PacketCapture(
+            CaptureConfig(enabled=True, interfaces=(args.capture,), sample_every=args.sample_every),
+            clock=clock,
+        )
+        rate_hz = 100.0
+    else:
+        source = NicCounters(
+            NicConfig(include=args.include, method=args.method, poll_interval_s=args.poll),
+            clock=clock,
+        )
+        rate_hz = 1 / args.poll
     pipeline = Pipeline(
         [source],
         store,
-        settings=PipelineSettings(hop_s=1.0, window_s=args.seconds, counter_rate_hz=1 / args.poll),
+        settings=PipelineSettings(hop_s=1.0, window_s=args.seconds, counter_rate_hz=rate_hz),
         clock=clock,
     )
-    asyncio.get_running_loop().call_later(args.seconds, pipeline.stop)
+    kernel: dict[str, dict[str, int]] = {}
+    during: list[Snapshot | None] = []
+
+    async def estimate_at() -> None:
+        """The estimate while traffic still flows (a stopped train's D decays, rightly)."""
+        await asyncio.sleep(args.estimate_at)
+        during.append(store.latest())
+
+    async def bracket() -> None:
+        """Kernel counters once the capture runs, and again just before the pipeline stops."""
+        assert isinstance(source, PacketCapture)
+        while source.worker is None:
+            await asyncio.sleep(0.01)
+        kernel["start"] = _kernel_bytes(args.capture)
+        await asyncio.sleep(args.seconds - 0.5)
+        kernel["end"] = _kernel_bytes(args.capture)
+        pipeline.stop()
+
+    if args.estimate_at:
+        during_task = asyncio.get_running_loop().create_task(estimate_at())
+    if args.capture:
+        task = asyncio.get_running_loop().create_task(bracket())
+    else:
+        asyncio.get_running_loop().call_later(args.seconds, pipeline.stop)
     await pipeline.run()
+    if args.capture:
+        await task
     snap = store.latest()
     assert snap is not None
+    if args.estimate_at:
+        await during_task
+        estimate = during[0].estimate if during[0] else None
+    else:
+        estimate = snap.estimate
     return {
-        "method": source.method,
-        "estimate": snap.estimate.to_json() if snap.estimate else None,
-        "sources": {h.name: {"up": h.up, "readings": h.readings, "errors": h.errors}
+        "method": getattr(source, "method", None),
+        "estimate": estimate.to_json() if estimate else None,
+        "sources": {h.name: {"up": h.up, "readings": h.readings, "errors": h.errors,
+                             "last_error": h.last_error}
                     for h in snap.sources},
         "devices": [
             {"device": d.device, "tx_rate": d.tx_rate, "rx_rate": d.rx_rate,
+             "tx_bytes": d.tx_bytes, "rx_bytes": d.rx_bytes, "counters": dict(d.counters),
              "speed": d.info.speed_bytes_per_s if d.info else None}
             for d in snap.devices
         ],
+        "stats": {k: dict(v) for k, v in snap.source_stats.items()},
+        "kernel": {d: kernel["end"][d] - kernel["start"][d] for d in ("tx", "rx")}
+        if kernel else None,
     }  # fmt: skip
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--include", required=True)
+    parser.add_argument("--include")
+    parser.add_argument("--capture")
+    parser.add_argument("--sample-every", type=int, default=1)
     parser.add_argument("--method", default="auto")
     parser.add_argument("--seconds", type=float, default=15.0)
+    parser.add_argument("--estimate-at", type=float, help="report the estimate of this time")
     parser.add_argument("--poll", type=float, default=0.01)
     args = parser.parse_args()
+    if not (args.include or args.capture):
+        parser.error("give --include REGEX or --capture IF")
     print(json.dumps(asyncio.run(_run(args))))
 
 

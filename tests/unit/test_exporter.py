@@ -161,3 +161,33 @@ def _batch(size: float) -> CallBatch:
         nranks=8,
         processes=frozenset({"h:1"}),
     )
+
+
+def test_capture_totals_are_exported_promtool_clean() -> None:
+    text = _snapshot_exposition(
+        source_stats={"packet_capture": {
+            "captured_packets": 5000, "roce_packets": 1200, "cnp_packets": 40,
+            "undecoded_packets": 3, "kernel_dropped_packets": 7, "late_packets": 2,
+            "handover_drops": 1, "tcp_bytes": 10_000, "udp_bytes": 90_000, "flows": 12,
+            "queue_pairs": 4, "sample_every": 4,
+        }}
+    )  # fmt: skip
+    s = _samples(text)
+    assert s[("commpulse_capture_packets_total", (("kind", "cnp"),))] == 40.0
+    assert s[("commpulse_capture_packets_total", (("kind", "captured"),))] == 5000.0
+    assert s[("commpulse_capture_dropped_packets_total", ())] == 7.0
+    assert s[("commpulse_capture_late_packets_total", ())] == 2.0
+    assert s[("commpulse_capture_dropped_handovers_total", ())] == 1.0
+    assert s[("commpulse_capture_protocol_bytes_total", (("protocol", "udp"),))] == 90_000.0
+    assert s[("commpulse_capture_flows", ())] == 12.0
+    assert s[("commpulse_capture_queue_pairs", ())] == 4.0
+    assert s[("commpulse_capture_sample_every", ())] == 4.0
+    promtool = require_component("promtool")
+    res = subprocess.run(
+        [promtool, "check", "metrics"], input=text, capture_output=True, text=True, check=False
+    )
+    assert res.returncode == 0, res.stdout + res.stderr
+
+
+def test_no_capture_source_means_no_capture_series() -> None:
+    assert "commpulse_capture_" not in _snapshot_exposition(source_stats={})

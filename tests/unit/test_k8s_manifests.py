@@ -45,6 +45,7 @@ POD_OVERRIDES = {
     # the host's /sys is mounted at /host/sys
     ("sources", "nic_counters", "sysfs_root"),
     ("sources", "rdma_counters", "sysfs_root"),
+    ("sources", "packet_capture", "sysfs_root"),
     # auto takes netlink only for a sysfs_root of /sys
     ("sources", "nic_counters", "method"),
     # plus the pod-side interfaces of common CNIs

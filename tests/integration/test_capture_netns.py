@@ -1,0 +1,156 @@
+"""Live AF_PACKET capture of a real, shaped burst train across a veth between two namespaces.
+
+The sender shapes its egress with ``tc tbf`` (known B) and sends UDP bursts on a fixed grid
+(known T and D), then RoCEv2-shaped datagrams and CNPs. The agent's real capture source and
+pipeline run in both namespaces at once: every frame on the receiving side (rx), and one frame
+in four, sampled in the kernel, on the sending side (tx). Needs root (CI runs as root).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import require_component
+from tests.integration.conftest import RATE_BYTES, Link
+
+pytestmark = [pytest.mark.root, pytest.mark.slow]
+
+PERIOD = 0.5
+DUTY = 0.3
+TRAIN_S = 12.0
+PROBE_S = 16.0
+ESTIMATE_AT = 10.0  # while the train runs (it started before the probes were up)
+ROCE_DATA, ROCE_QP, CNPS, CNP_QP = 120, 0x11, 30, 0x22
+
+
+def _probe(ns: str, interface: str, *extra: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [
+            "ip", "netns", "exec", ns, sys.executable, "-m", "tests.integration.netns_probe",
+            "--capture", interface, "--seconds", str(PROBE_S), "--estimate-at", str(ESTIMATE_AT),
+            *extra,
+        ],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONPATH": os.getcwd()},
+    )  # fmt: skip
+
+
+def _send(ns: str, module: str, *args: str) -> None:
+    done = subprocess.run(
+        ["ip", "netns", "exec", ns, sys.executable, "-m", module, *args],
+        capture_output=True, text=True, timeout=60, check=False,
+        env={**os.environ, "PYTHONPATH": os.getcwd()},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+
+
+def test_capture_recovers_the_burst_train_and_counts_every_frame(veth_pair: Link) -> None:
+    rx = _probe(veth_pair.receiver_ns, veth_pair.receiver_if)
+    tx = _probe(veth_pair.sender_ns, veth_pair.sender_if, "--sample-every", "4")
+    _send(
+        veth_pair.sender_ns, "tests.integration.burst_sender",
+        veth_pair.receiver_ip, "9", str(PERIOD), str(DUTY), str(TRAIN_S),
+    )  # fmt: skip
+    _send(
+        veth_pair.sender_ns, "tests.integration.roce_sender",
+        veth_pair.receiver_ip, str(ROCE_DATA), str(ROCE_QP), str(CNPS), str(CNP_QP),
+    )  # fmt: skip
+    results = {}
+    for side, proc in (("rx", rx), ("tx", tx)):
+        out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 0, err
+        results[side] = json.loads(out)
+
+    # Receiving side, every frame: T, B and D of the shaped train.
+    r = results["rx"]
+    health = r["sources"]["packet_capture"]
+    assert health["up"], health
+    assert health["errors"] == 0, health
+    est = r["estimate"]
+    assert est is not None, r
+    assert est["period_s"] == pytest.approx(PERIOD, rel=0.02), est
+    assert est["burst_bandwidth_bytes_per_s"] == pytest.approx(RATE_BYTES, rel=0.10), est
+    assert est["duty_cycle"] == pytest.approx(DUTY, abs=0.05), est
+    assert est["regime"] == "training"
+    # Every byte the kernel counted on the interface, and exactly the RoCE frames sent.
+    stats = r["stats"]["packet_capture"]
+    assert stats["kernel_dropped_packets"] == 0, stats
+    device = next(d for d in r["devices"] if d["device"] == veth_pair.receiver_if)
+    assert device["rx_bytes"] == pytest.approx(r["kernel"]["rx"], rel=1e-3), (device, r["kernel"])
+    assert stats["roce_packets"] == ROCE_DATA + CNPS, stats
+    assert stats["cnp_packets"] == CNPS, stats
+    assert stats["queue_pairs"] == 2, stats
+    assert stats["sample_every"] == 1
+    assert device["counters"]["rx_packets"] > 0
+
+    # Sending side, one frame in four: the same period, and byte totals scaled back by 4.
+    t = results["tx"]
+    est = t["estimate"]
+    assert est is not None, t
+    assert est["period_s"] == pytest.approx(PERIOD, rel=0.02), est
+    stats = t["stats"]["packet_capture"]
+    assert stats["sample_every"] == 4
+    device = next(d for d in t["devices"] if d["device"] == veth_pair.sender_if)
+    # ~20k frames sampled 1 in 4: the scaled total is within a few percent of the kernel's.
+    assert device["tx_bytes"] == pytest.approx(t["kernel"]["tx"], rel=0.05), (device, t["kernel"])
+    assert stats["captured_packets"] * 4 == pytest.approx(
+        device["counters"]["tx_packets"] + device["counters"]["rx_packets"], rel=1e-9
+    )
+
+
+def _need_root(why: str) -> None:
+    if os.geteuid() == 0:
+        return
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(why)
+    pytest.skip(why)
+
+
+def _source_script(interfaces: tuple[str, ...]) -> str:
+    """Python that starts the real source and prints the error it stops with."""
+    code = (
+        "import asyncio\n"
+        "from agent.clock import MonotonicClock\n"
+        "from agent.errors import SourceError\n"
+        "from collectors.packet_capture import CaptureConfig, PacketCapture\n"
+        f"src = PacketCapture(CaptureConfig(enabled=True, interfaces={interfaces!r}), "
+        "clock=MonotonicClock())\n"
+        "try:\n"
+        "    asyncio.run(asyncio.wait_for(src.run(lambda r: None), 5))\n"
+        "except SourceError as exc:\n"
+        "    print(type(exc).__name__, exc)\n"
+    )
+    return code
+
+
+def test_without_cap_net_raw_the_source_says_what_it_needs() -> None:
+    _need_root("dropping privileges needs root")
+    setpriv = require_component("setpriv")
+    done = subprocess.run(
+        [setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all",
+         sys.executable, "-c", _source_script(("lo",))],
+        capture_output=True, text=True, timeout=60, check=False,
+        env={**os.environ, "PYTHONPATH": os.getcwd()}, cwd="/",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("SourceUnavailable"), done.stdout
+    assert "CAP_NET_RAW" in done.stdout
+    assert "systemd/capture.conf" in done.stdout
+
+
+def test_a_missing_interface_is_named() -> None:
+    _need_root("raw sockets need root")
+    done = subprocess.run(
+        [sys.executable, "-c", _source_script(("cpnone0", "cpnone1"))],
+        capture_output=True, text=True, timeout=60, check=False,
+        env={**os.environ, "PYTHONPATH": os.getcwd()},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("SourceUnavailable"), done.stdout
+    assert "no interface named 'cpnone0'" in done.stdout
+    assert "no interface named 'cpnone1'" in done.stdout

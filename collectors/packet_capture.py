@@ -98,7 +98,13 @@ _SOCK_FILTER = struct.Struct("=HBBI")
 _BLOCK_DESC = struct.Struct("=IIIIII")
 #: struct tpacket3_hdr (48 bytes) up to tp_net, then struct sockaddr_ll at TPACKET_ALIGN(48):
 #: sll_pkttype is its byte 10, so byte 58 of the frame.
-_T3_HDR = struct.Struct("=IIIIIIHH30xB")
+_T3_DTYPE = np.dtype(
+    [("next", "=u4"), ("sec", "=u4"), ("nsec", "=u4"), ("snaplen", "=u4"), ("len", "=u4"),
+     ("status", "=u4"), ("mac", "=u2"), ("net", "=u2")]
+)  # fmt: skip
+_PKTTYPE_AT = 58
+_T3_SPAN = np.arange(_PKTTYPE_AT + 1)
+_U32 = struct.Struct("=I")
 _TPACKET_REQ3 = struct.Struct("=IIIIIII")
 _STATS_V3 = struct.Struct("=III")  # tp_packets, tp_drops, tp_freeze_q_cnt
 _BLOCK_SIZE = 1 << 20
@@ -225,42 +231,50 @@ def parse_block(buf: Buffer, offset: int, size: int, *, link_header: bool = True
     """
     end = offset + size
     _v, _priv, _status, num, first, _blk_len = _BLOCK_DESC.unpack_from(buf, offset)
-    times: list[int] = []
-    lengths: list[int] = []
-    offs: list[int] = []
-    caps: list[int] = []
-    out: list[bool] = []
+    # The chain is the one sequential part: each frame says where the next one starts. The
+    # loop only follows it; the fields are then gathered for all frames at once.
+    positions: list[int] = []
     pos = offset + first
+    last = end - _T3_SPAN.size
     complete = True
-    unpack = _T3_HDR.unpack_from
-    hdr_size = _T3_HDR.size
+    next_offset = _U32.unpack_from
     for i in range(num):
-        if pos < offset or pos + hdr_size > end:
+        if pos > last:
             complete = False
             break
-        nxt, sec, nsec, snap, wire, status, mac, net, pkttype = unpack(buf, pos)
-        start = mac if link_header else net
-        if start > snap + mac or pos + mac + snap > end:
-            complete = False
-            break
-        if status & TP_STATUS_VLAN_VALID:
-            wire += VLAN_TAG_LEN
-        times.append(sec * _NS + nsec)
-        lengths.append(wire)
-        offs.append(pos + start)
-        caps.append(snap - (start - mac))
-        out.append(pkttype == PACKET_OUTGOING)
+        positions.append(pos)
         if i + 1 < num:
+            (nxt,) = next_offset(buf, pos)
             if nxt <= 0:
                 complete = False
                 break
             pos += nxt
+    p = np.array(positions, dtype=np.int64)
+    rows = np.frombuffer(buf, dtype=np.uint8)[p[:, None] + _T3_SPAN]
+    head = np.ascontiguousarray(rows[:, :28]).view(_T3_DTYPE).ravel()
+    mac = head["mac"].astype(np.int64)
+    snap = head["snaplen"].astype(np.int64)
+    start = mac if link_header else head["net"].astype(np.int64)
+    bad = (start > snap + mac) | (p + mac + snap > end)
+    if bad.any():  # a frame that points outside the block ends the walk there
+        complete = False
+        keep = int(np.argmax(bad))
+        p, head, mac, snap, start, rows = (
+            p[:keep],
+            head[:keep],
+            mac[:keep],
+            snap[:keep],
+            start[:keep],
+            rows[:keep],
+        )
+    wire = head["len"].astype(np.int64)
+    wire += np.where(head["status"] & TP_STATUS_VLAN_VALID, VLAN_TAG_LEN, 0)
     return BlockFrames(
-        time_ns=np.array(times, dtype=np.int64),
-        length=np.array(lengths, dtype=np.int64),
-        data_off=np.array(offs, dtype=np.int64),
-        caplen=np.array(caps, dtype=np.int64),
-        outgoing=np.array(out, dtype=bool),
+        time_ns=head["sec"].astype(np.int64) * _NS + head["nsec"].astype(np.int64),
+        length=wire,
+        data_off=p + start,
+        caplen=snap - (start - mac),
+        outgoing=rows[:, _PKTTYPE_AT] == PACKET_OUTGOING,
         complete=complete,
     )
 
@@ -348,12 +362,34 @@ class ByteBinner:
         return CounterReading(t, values)
 
 
+_HASH_MULT = np.array(
+    [0x9E3779B97F4A7C15, 0xC2B2AE3D27D4EB4F, 0x165667B19E3779F9, 0xD6E8FEB86659FD93,
+     0xFF51AFD7ED558CCD],
+    dtype=np.uint64,
+)  # fmt: skip
+
+
+def _key_hash(keys: npt.NDArray[np.void]) -> npt.NDArray[np.uint64]:
+    """One uint64 per fixed-width key (a flow or QP key of :func:`decode_columns`).
+
+    Sorting uint64 is far cheaper than sorting 40-byte voids; the words are mixed with odd
+    multipliers and a final avalanche (splitmix64's), so similar keys get unrelated hashes.
+    """
+    words = np.ascontiguousarray(keys).view(np.uint64).reshape(keys.size, -1)
+    h = (words * _HASH_MULT[: words.shape[1]]).sum(axis=1, dtype=np.uint64)
+    h ^= h >> np.uint64(31)
+    h *= np.uint64(0x94D049BB133111EB)
+    h ^= h >> np.uint64(29)
+    return np.asarray(h, dtype=np.uint64)
+
+
 @dataclass
 class TrafficTally:
     """What kind of traffic the frames were: totals and distinct flows / queue pairs.
 
     Counts are estimates of the wire totals (captured × ``scale``). Flows and queue pairs are
-    the distinct keys seen in the last ``window_s`` seconds (at most ``MAX_TRACKED_KEYS``).
+    the distinct keys seen in the last ``window_s`` seconds (at most ``MAX_TRACKED_KEYS``),
+    remembered by a 64-bit hash of the key (two keys share one with odds of ~2^-64 per pair).
     """
 
     scale: int = 1
@@ -366,8 +402,8 @@ class TrafficTally:
     udp_bytes: int = 0
     undecoded: int = 0
     table_full: bool = False
-    _flows: dict[bytes, float] = field(default_factory=dict)
-    _qps: dict[bytes, float] = field(default_factory=dict)
+    _flows: dict[int, float] = field(default_factory=dict)
+    _qps: dict[int, float] = field(default_factory=dict)
 
     def add(
         self, device: str, buf: Buffer, frames: BlockFrames, link_type: int, now_s: float
@@ -391,15 +427,12 @@ class TrafficTally:
         self._remember(self._flows, cols.flow_key[ip], now_s)
         self._remember(self._qps, cols.qp_key[cols.roce], now_s)
 
-    def _remember(
-        self, table: dict[bytes, float], keys: npt.NDArray[np.void], now_s: float
-    ) -> None:
+    def _remember(self, table: dict[int, float], keys: npt.NDArray[np.void], now_s: float) -> None:
         if keys.size == 0:
             return
-        for key in np.unique(keys):
-            raw = key.tobytes()
-            if raw in table or len(table) < MAX_TRACKED_KEYS:
-                table[raw] = now_s
+        for key in np.unique(_key_hash(keys)).tolist():
+            if key in table or len(table) < MAX_TRACKED_KEYS:
+                table[key] = now_s
             else:
                 self.table_full = True
 

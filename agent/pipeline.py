@@ -148,6 +148,14 @@ class SnapshotStore:
             return self._snapshot
 
 
+#: The live capture source's name: its bins are exact, so it is preferred on a shared link.
+CAPTURE_SOURCE = "packet_capture"
+#: Capture wins when it sees this share of the busiest counter source's bytes.
+CAPTURE_SHARE = 0.9
+#: The network source in use changes only for one this much busier.
+SWITCH_MARGIN = 1.1
+
+
 @dataclass(frozen=True)
 class PipelineSettings:
     """Knobs of the live pipeline (seconds throughout)."""
@@ -215,6 +223,7 @@ class Pipeline:
         self._estimates = 0
         self._last_burst_wall: float | None = None
         self._job_comm_id: str | None = None
+        self._network_source: str | None = None
         self.estimator_errors = 0
         self._tg: asyncio.TaskGroup | None = None
         self._tasks: dict[str, asyncio.Task[None]] = {}
@@ -376,18 +385,34 @@ class Pipeline:
         """The counter source that carries the most traffic, and its grids.
 
         NIC and RDMA counters see different traffic (RDMA bypasses netdev), and their polls
-        are not simultaneous, so they are never summed: the busiest one is estimated.
+        are not simultaneous, so they are never summed: the busiest one is estimated. Packet
+        capture and NIC counters on one link see the same bytes: capture is taken when it sees
+        at least ``CAPTURE_SHARE`` of the busiest source's bytes (its bins have no poll
+        jitter). The source in use is kept until another one is ``SWITCH_MARGIN`` busier, so
+        two sources of near-equal rate do not take turns from one hop to the next.
         """
-        best: tuple[str | None, dict[Direction, GridSeries]] = (None, {})
-        best_rate = -1.0
+        means: dict[str, tuple[float, dict[Direction, GridSeries]]] = {}
         for source, window in sorted(self._state.counters.items()):
             grids = window.grids(since=since)
+            rate = -1.0
             for g in grids.values():
                 finite = g.rate[np.isfinite(g.rate)]
-                rate = float(finite.mean()) if finite.size else -1.0
-                if rate > best_rate:
-                    best, best_rate = (source, grids), rate
-        return best
+                if finite.size:
+                    rate = max(rate, float(finite.mean()))
+            means[source] = (rate, grids)
+        if not means:
+            return None, {}
+        best = max(means, key=lambda name: means[name][0])
+        top = means[best][0]
+        capture = means.get(CAPTURE_SOURCE)
+        if capture is not None and top > 0 and capture[0] >= CAPTURE_SHARE * top:
+            best = CAPTURE_SOURCE
+        elif (
+            self._network_source in means and means[self._network_source][0] * SWITCH_MARGIN >= top
+        ):
+            best = self._network_source
+        self._network_source = best
+        return best, means[best][1]
 
     def _window_start(self, periods: float) -> float | None:
         """Start of the last ``periods`` locked periods (None when not locked)."""

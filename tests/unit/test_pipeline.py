@@ -128,3 +128,36 @@ def test_stop_finishes_even_when_a_sink_loses_its_first_cancellation() -> None:
     took = asyncio.run(main())
     assert sink.cancels_seen == 2
     assert took < 3.0  # one grace period, not a hang until systemd's SIGKILL
+
+
+def _fill(pipeline: Pipeline, source: str, rate: float) -> None:
+    """Ten seconds of 100 Hz counters at a steady ``rate`` bytes/s into ``source``'s window."""
+    window = pipeline._state.counter_window(source)
+    for k in range(1001):
+        window.add(CounterReading(k * 0.01, {"eth0_tx_bytes": int(rate * k * 0.01)}))
+
+
+@pytest.mark.parametrize(
+    ("rates", "previous", "chosen"),
+    [
+        # capture and NIC counters of one link: capture's exact bins win
+        ({"nic_counters": 1.00e9, "packet_capture": 0.95e9}, None, "packet_capture"),
+        # a capture that misses much of the traffic (another interface, sampling gone wrong)
+        ({"nic_counters": 1.00e9, "packet_capture": 0.50e9}, None, "nic_counters"),
+        # near-equal sources do not take turns: the one in use stays...
+        ({"nic_counters": 1.00e9, "rdma_counters": 1.05e9}, "nic_counters", "nic_counters"),
+        # ... until another one is clearly busier
+        ({"nic_counters": 1.00e9, "rdma_counters": 1.30e9}, "nic_counters", "rdma_counters"),
+        ({"nic_counters": 1.00e9, "rdma_counters": 1.05e9}, None, "rdma_counters"),
+    ],
+)
+def test_network_source_prefers_capture_and_does_not_flip_flop(
+    rates: dict[str, float], previous: str | None, chosen: str
+) -> None:
+    pipeline = Pipeline([], SnapshotStore())
+    for source, rate in rates.items():
+        _fill(pipeline, source, rate)
+    pipeline._network_source = previous
+    source, grids = pipeline._network()
+    assert source == chosen
+    assert grids["tx"].rate[5:].mean() == pytest.approx(rates[chosen], rel=0.01)

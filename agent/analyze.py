@@ -7,6 +7,7 @@ GPU samples pooled, NCCL logs accumulated).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -15,21 +16,39 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from agent.arrivals import arrival_stats
 from agent.errors import InputFormatError
-from agent.estimate import CollectiveMix, Estimate, EstimateInputs, GpuSamples, estimate
+from agent.estimate import (
+    CollectiveMix,
+    Estimate,
+    EstimateInputs,
+    GpuSamples,
+    busier_direction,
+    estimate,
+)
+from agent.p2p import P2PCall, alltoall_stats, group_alltoalls, pipeline_stats
 from agent.rates import Direction, GridSeries, direction_grids, nominal_interval
+from agent.regime import IDLE_BYTES_PER_S
 from collectors.counters_csv import read_counters_csv
 from collectors.gpu_csv import read_gpu_csv
 from collectors.nccl_inspector import InspectorSummary, read_inspector_files
-from collectors.nccl_log import NcclLogSummary, read_nccl_logs
+from collectors.nccl_log import (
+    MAX_LINE_BYTES,
+    CollLine,
+    NcclLogSummary,
+    parse_records,
+    read_nccl_logs,
+)
 from collectors.pcap import Capture, bin_bytes, read_capture
 
 __all__ = [
     "AnalysisResult",
     "analyze_files",
+    "arrivals_json",
     "collective_mix",
     "communicators",
     "inspector_json",
+    "sparse_ops_json",
 ]
 
 #: Capture bins: fine enough for 10 ms periods, coarse enough to stay under 2^18 bins.
@@ -255,8 +274,10 @@ def analyze_files(
     if gpu:
         sources["gpu"] = [str(p) for p in gpu]
     mix: CollectiveMix | None = None
+    extra["alltoall"] = extra["pipeline"] = None
     if nccl_logs:
         summary = read_nccl_logs(nccl_logs)
+        extra["alltoall"], extra["pipeline"] = sparse_ops_json(summary, nccl_logs)
         mix = collective_mix(summary)
         sources["nccl_log"] = [str(p) for p in nccl_logs]
         extra["nccl"] = {
@@ -284,7 +305,102 @@ def analyze_files(
     est = estimate(inputs)
     if not network and mix is None and gpu_samples is None:
         est = replace(est, regime="unknown")  # Inspector records alone say nothing of traffic
+    extra["arrivals"] = arrivals_json(inputs, est)
     return AnalysisResult(estimate=est, sources=sources, extra=extra, inputs=inputs)
+
+
+def arrivals_json(inputs: EstimateInputs, est: Estimate) -> dict[str, Any] | None:
+    """Burst arrival statistics of the series the estimator used; None without one.
+
+    The estimator's own segmentation is reused when it saw the whole series (no period, so no
+    cut to whole periods); otherwise the same segmentation is redone on the whole series.
+    """
+    chosen = busier_direction(inputs.network) if inputs.network else None
+    if chosen is None:
+        return None
+    direction, grid = chosen
+    finite = grid.rate[np.isfinite(grid.rate)]
+    quiet = bool(finite.size and float(finite.mean()) < IDLE_BYTES_PER_S)
+    detail = est.burst_detail
+    same = (
+        est.period_s is None
+        and detail is not None
+        and detail.on_mask is not None
+        and detail.on_mask.size == grid.rate.size
+    )
+    out = arrival_stats(
+        grid.rate, grid.dt, period_s=est.period_s, quiet=quiet, stats=detail if same else None
+    ).to_json()
+    out["direction"] = direction
+    return out
+
+
+def _p2p_calls(summary: NcclLogSummary, paths: Sequence[Path]) -> list[P2PCall]:
+    """The log's Send/Recv records with their peers, in log order.
+
+    The summary keeps no peer (the COLL line's ``root`` field), so the lines that name Send or
+    Recv are decoded again with the collector's own parser; nothing is read when the log has
+    no Send/Recv at all.
+    """
+    if not any(summary.collectives.get(op) for op in ("Send", "Recv")):
+        return []
+    out: list[P2PCall] = []
+    for path in paths:
+        try:
+            with Path(path).open("r", encoding="utf-8", errors="replace") as fh:
+                for line in fh:
+                    if ("Send: " not in line and "Recv: " not in line) or (
+                        len(line) > MAX_LINE_BYTES
+                    ):
+                        continue
+                    for event in parse_records(line.rstrip("\r\n")):
+                        if isinstance(event, CollLine) and event.op in ("Send", "Recv"):
+                            info = summary.comms.get((event.host, event.pid, event.comm))
+                            out.append(
+                                P2PCall(
+                                    process=f"{event.host}:{event.pid}",
+                                    comm=event.comm,
+                                    op=event.op,
+                                    peer=event.root,
+                                    nbytes=math.nan if event.s_bytes is None else event.s_bytes,
+                                    time_s=(
+                                        math.nan if event.timestamp_s is None else event.timestamp_s
+                                    ),
+                                    rank=info.rank if info is not None else None,
+                                    nranks=event.nranks,
+                                )
+                            )
+        except OSError as exc:
+            raise InputFormatError(path, f"cannot read: {exc.strerror or exc}") from None
+    return out
+
+
+def sparse_ops_json(
+    summary: NcclLogSummary, paths: Sequence[Path]
+) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    """The ``alltoall`` and ``pipeline`` objects: AlltoAll size and rate, P2P stage structure.
+
+    AlltoAll counts both the named calls of NCCL 2.28+ and the grouped Send/Recv of older
+    versions; each is None when the log has no such traffic.
+    """
+    grouped, rest = group_alltoalls(_p2p_calls(summary, paths))
+    names = summary.op_names
+    native = np.zeros(summary.call_op_ids.size, dtype=bool)
+    if "AlltoAll" in names:
+        native = summary.call_op_ids == names.index("AlltoAll")
+    keys = summary.comm_keys
+    processes = [f"{keys[i][0]}:{keys[i][1]}" for i in summary.call_comm_ids[native].tolist()]
+    times = summary.call_times_s[np.isfinite(summary.call_times_s)]
+    span = float(times.max() - times.min()) if times.size >= 2 else None
+    a2a = alltoall_stats(
+        native_bytes=summary.call_bytes[native],
+        native_processes=processes,
+        grouped=grouped,
+        nranks=summary.nranks,
+        span_s=span,
+    )
+    pipe = pipeline_stats(rest)
+    return (a2a.to_json() if a2a else None), (pipe.to_json() if pipe else None)
 
 
 def _capture_summary(captures: list[Capture], grids: dict[Direction, GridSeries]) -> dict[str, Any]:

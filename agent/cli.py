@@ -193,6 +193,18 @@ def _add_simulate(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         metavar="HZ",
         help="requests per second (inference, default 2)",
     )
+    g.add_argument(
+        "--arrival-process",
+        choices=("poisson", "mmpp"),
+        help="request arrivals (inference): poisson (default) or mmpp, bursty episodes of "
+        "--burstiness x the mean rate separated by silences",
+    )
+    g.add_argument(
+        "--burstiness",
+        type=_positive_float,
+        metavar="F",
+        help="rate inside an mmpp episode over the mean rate (inference, default 5; > 1)",
+    )
     g.add_argument("--tokens", type=int, help="tokens per request batch (inference, default 2048)")
     g.add_argument("--hidden", type=int, help="hidden size (inference, default 4096)")
     g.add_argument("--moe-layers", type=int, help="MoE layers (inference, default 16)")
@@ -494,6 +506,8 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
         "layer_compute_s": args.layer_compute,
         "optimizer_s": args.optimizer,
         "arrival_rate_hz": args.arrival_rate,
+        "arrival_process": args.arrival_process,
+        "burstiness": args.burstiness,
         "tokens": args.tokens,
         "hidden": args.hidden,
         "moe_layers": args.moe_layers,
@@ -552,7 +566,13 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
         comms = result.extra.get("nccl", {}).get("communicators", [])
         timing = result.extra.get("inspector", {}).get("ops", {})
         rows = planning_rows(
-            result.estimate, communicators=comms, what_ifs=what_ifs, inspector_ops=timing
+            result.estimate,
+            communicators=comms,
+            what_ifs=what_ifs,
+            inspector_ops=timing,
+            arrivals=result.extra.get("arrivals"),
+            alltoall=result.extra.get("alltoall"),
+            pipeline=result.extra.get("pipeline"),
         )
         print(render_rows(rows, args.table))
     elif args.json:

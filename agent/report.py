@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from agent.estimate import Estimate
 
@@ -126,6 +126,7 @@ def render_table(
                 f"{_seconds(t['exec_time_p99_s']):>10} "
                 f"{(format_bytes(bw) + '/s') if bw else '—':>14}"
             )
+    lines.extend(_sparse_lines(e, extra or {}))
     capture = (extra or {}).get("capture")
     if isinstance(capture, Mapping):
         lines.append("")
@@ -138,6 +139,55 @@ def render_table(
     for w in e.warnings:
         lines.append(f"warning: {w}")
     return "\n".join(lines)
+
+
+def _pcts(p: Mapping[str, float | None] | None, fmt: Callable[[float | None], str]) -> str:
+    if not p or p.get("p50") is None:
+        return "—"
+    return f"P50 {fmt(p['p50'])}  P90 {fmt(p['p90'])}  P99 {fmt(p['p99'])}"
+
+
+def _sparse_lines(e: Estimate, extra: Mapping[str, object]) -> list[str]:
+    """Inference view: burst arrivals (aperiodic traffic only), AlltoAll, pipeline stages."""
+    out: list[str] = []
+    arrivals = extra.get("arrivals")
+    if isinstance(arrivals, Mapping) and e.period_s is None and arrivals.get("bursts"):
+        cv = arrivals.get("inter_arrival_cv")
+        gap_cv = arrivals.get("gap_cv")
+        pattern = arrivals.get("verdict") or "no verdict"
+        cv_text = "—" if cv is None else f"{cv:.2f}"
+        gap_text = "—" if gap_cv is None else f"{gap_cv:.2f}"
+        out += [
+            "",
+            f"  burst arrivals    λ {arrivals['arrival_rate_hz']:.3g}/s over "
+            f"{arrivals['bursts']} bursts; inter-arrival CV {cv_text}, idle-gap CV {gap_text}: "
+            f"{pattern}",
+            f"  burst size        {_pcts(arrivals.get('burst_bytes'), format_bytes)}",
+            f"  burst duration    {_pcts(arrivals.get('burst_duration_s'), _seconds)}",
+        ]
+        if arrivals.get("busy_ratio") is not None:
+            out.append(f"  busy              {arrivals['busy_ratio']:.3f} of the time in a burst")
+        out += [f"  note: {n}" for n in arrivals.get("notes") or []]
+    a2a = extra.get("alltoall")
+    if isinstance(a2a, Mapping):
+        rate = a2a.get("call_rate_per_rank_hz")
+        grouped = a2a.get("grouped_send_recv_calls")
+        how = f" ({grouped} from grouped Send/Recv)" if grouped else ""
+        sizes = a2a.get("message_bytes")
+        p50 = sizes.get("p50") if isinstance(sizes, Mapping) else None
+        out += [
+            "",
+            f"  AlltoAll          {a2a['calls']} calls{how}, S P50 {format_bytes(p50)}, "
+            + ("rate unknown (no timestamps)" if rate is None else f"{rate:.3g}/s per rank"),
+        ]
+    pipe = extra.get("pipeline")
+    if isinstance(pipe, Mapping):
+        if pipe.get("stages") is not None:
+            text = f"{pipe['stages']} stages (rank stride {pipe['rank_stride']})"
+        else:
+            text = f"stages not derivable: {pipe.get('reason')}"
+        out += ["", f"  pipeline P2P      {pipe['p2p_calls']} Send/Recv calls; {text}"]
+    return out
 
 
 def render_summary_line(e: Estimate) -> str:

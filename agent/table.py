@@ -1,7 +1,9 @@
 """The capacity-planning parameter table of ``commpulse analyze --table csv|json|md``.
 
-One row for the job as this host saw it (S, N, T, B, D, V, the collective mix and the regime),
-one per NCCL communicator when a log was given, and one per what-if. A what-if rescales the
+One row for the job as this host saw it (S, N, T, B, D, V, the collective mix and the regime;
+for aperiodic traffic also λ, the inter-arrival CV and the burst size and duration
+percentiles), an ``alltoall`` and a ``pipeline`` row when the NCCL log has that traffic, one
+per NCCL communicator when a log was given, and one per what-if. A what-if rescales the
 measured step with the DOMAIN.md formulas (pure functions, no I/O):
 
 * per-rank wire volume of a collective of S bytes on N ranks: S times the nccl-tests bus
@@ -63,6 +65,14 @@ COLUMNS = (
     "latency_p99_s",
     "bus_bandwidth_p50_bytes_per_s",
     "note",
+    "arrival_rate_hz",
+    "inter_arrival_cv",
+    "arrival_pattern",
+    "burst_bytes_p50",
+    "burst_bytes_p99",
+    "burst_duration_p50_s",
+    "burst_duration_p99_s",
+    "pipeline_stages",
 )
 
 
@@ -201,8 +211,17 @@ def planning_rows(
     communicators: Sequence[Mapping[str, Any]] = (),
     what_ifs: Sequence[WhatIf] = (),
     inspector_ops: Mapping[str, Mapping[str, Any]] | None = None,
+    arrivals: Mapping[str, Any] | None = None,
+    alltoall: Mapping[str, Any] | None = None,
+    pipeline: Mapping[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
-    """The table: the job, its communicators, GPU-timed ops (Inspector), then each what-if."""
+    """The table: the job, its communicators, GPU-timed ops (Inspector), then each what-if.
+
+    ``arrivals``, ``alltoall`` and ``pipeline`` are the ``analyze --json`` objects of those
+    names: burst arrival statistics go into the job row when the traffic has no period (the
+    inference view; a periodic job is described by T, B and D), the AlltoAll and pipeline
+    structure into rows of their own.
+    """
     t, d = est.period_s, est.duty_cycle
     comm = d * t if t is not None and d is not None else None
     job: dict[str, Any] = {
@@ -221,7 +240,49 @@ def planning_rows(
         "calls": sum(c for c, _ in est.collectives.values()) if est.collectives else None,
         "note": f"D from {est.duty_cycle_source}" if est.duty_cycle_source else None,
     }
+    if arrivals and t is None and arrivals.get("bursts"):
+        sizes = arrivals.get("burst_bytes") or {}
+        durations = arrivals.get("burst_duration_s") or {}
+        job.update(
+            arrival_rate_hz=arrivals.get("arrival_rate_hz"),
+            inter_arrival_cv=arrivals.get("inter_arrival_cv"),
+            arrival_pattern=arrivals.get("verdict"),
+            burst_bytes_p50=sizes.get("p50"),
+            burst_bytes_p99=sizes.get("p99"),
+            burst_duration_p50_s=durations.get("p50"),
+            burst_duration_p99_s=durations.get("p99"),
+        )
     rows = [job]
+    if alltoall:
+        sizes = alltoall.get("message_bytes") or {}
+        grouped = alltoall.get("grouped_send_recv_calls")
+        rows.append(
+            {
+                "row": "alltoall",
+                "nranks": alltoall.get("nranks"),
+                "collective_mix": "AlltoAll",
+                "calls": alltoall.get("calls"),
+                "message_bytes_p50": sizes.get("p50"),
+                "message_bytes_p99": sizes.get("p99"),
+                "arrival_rate_hz": alltoall.get("call_rate_per_rank_hz"),
+                "note": "arrival rate = calls per second per rank"
+                + (f"; {grouped} from grouped Send/Recv" if grouped else ""),
+            }
+        )
+    if pipeline:
+        sizes = pipeline.get("message_bytes") or {}
+        rows.append(
+            {
+                "row": "pipeline",
+                "nranks": pipeline.get("nranks"),
+                "collective_mix": "Send Recv",
+                "calls": pipeline.get("p2p_calls"),
+                "message_bytes_p50": sizes.get("p50"),
+                "message_bytes_p99": sizes.get("p99"),
+                "pipeline_stages": pipeline.get("stages"),
+                "note": pipeline.get("reason"),
+            }
+        )
     for c in communicators:
         rows.append(
             {

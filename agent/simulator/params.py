@@ -7,9 +7,13 @@ from dataclasses import dataclass, replace
 
 from agent.errors import ConfigError
 
-__all__ = ["SCENARIOS", "JobParams", "allreduce_wire_bytes", "resolve"]
+__all__ = ["ARRIVAL_PROCESSES", "SCENARIOS", "JobParams", "allreduce_wire_bytes", "resolve"]
 
 SCENARIOS = ("training", "finetune", "inference", "idle")
+
+#: How inference requests arrive: ``poisson`` (memoryless, the default) or ``mmpp`` (an
+#: interrupted Poisson process: episodes of ``burstiness`` × the mean rate, silence between).
+ARRIVAL_PROCESSES = ("poisson", "mmpp")
 
 #: 2026-01-01T00:00:00Z: a fixed origin so that a seed gives byte-identical files.
 DEFAULT_START_S = 1767225600.0
@@ -59,6 +63,10 @@ class JobParams:
     layer_compute_s: float = 0.010
     optimizer_s: float = 0.3
     arrival_rate_hz: float = 2.0
+    arrival_process: str = "poisson"
+    #: MMPP only: the request rate inside an episode over the mean rate (the episodes fill
+    #: 1/burstiness of the time).
+    burstiness: float = 5.0
     tokens: int = 2048
     hidden: int = 4096
     moe_layers: int = 16
@@ -118,6 +126,11 @@ def resolve(p: JobParams) -> JobParams:
     _check(p.buckets >= 1, "--buckets must be at least 1")
     _check(p.layers >= 1, "--layers must be at least 1")
     _check(p.arrival_rate_hz > 0, "--arrival-rate must be positive")
+    _check(
+        p.arrival_process in ARRIVAL_PROCESSES,
+        f"unknown arrival process {p.arrival_process!r}; pick one of {ARRIVAL_PROCESSES}",
+    )
+    _check(p.burstiness > 1, "burstiness must be above 1")
     _check(p.counter_bits in (32, 64), "--counter-bits must be 32 or 64")
     if p.duty is not None:
         _check(0 < p.duty < 1, "--duty must be in (0, 1)")

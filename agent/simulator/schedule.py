@@ -7,6 +7,7 @@ event list, never from the sampled files.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -160,21 +161,144 @@ def _finetune(p: JobParams, rng: np.random.Generator) -> Schedule:
     return sched
 
 
-def _inference(p: JobParams, rng: np.random.Generator) -> Schedule:
-    """MoE expert parallelism: requests at Poisson times, so no period by construction.
+#: MMPP variant: mean requests per episode (the episode length is this over the episode rate).
+EPISODE_REQUESTS = 8.0
 
-    Each request runs an AlltoAll dispatch and combine per MoE layer around the expert compute.
+
+def _mmpp_arrivals(p: JobParams) -> Iterator[float]:
+    """Request times of an interrupted Poisson process with mean rate ``arrival_rate_hz``.
+
+    Episodes (exponential, mean ``EPISODE_REQUESTS`` / λ_on) of Poisson arrivals at
+    λ_on = burstiness · λ alternate with silences (exponential, mean (burstiness - 1) × the
+    episode mean); the job starts in either state with its stationary probability. Its own
+    random stream, so the Poisson default keeps its draws.
+    """
+    assert p.duration_s is not None
+    rng = np.random.default_rng([p.seed, 3])
+    rate_on = p.burstiness * p.arrival_rate_hz
+    mean_on = EPISODE_REQUESTS / rate_on
+    mean_off = (p.burstiness - 1.0) * mean_on
+    on = bool(rng.random() < 1.0 / p.burstiness)
+    t = 0.0
+    while t < p.duration_s:
+        if not on:
+            t += float(rng.exponential(mean_off))
+        else:
+            end = t + float(rng.exponential(mean_on))
+            t += float(rng.exponential(1.0 / rate_on))
+            while t < end:
+                yield t
+                t += float(rng.exponential(1.0 / rate_on))
+            t = end
+        on = not on
+
+
+def mmpp_inter_arrival_cv(p: JobParams) -> float:
+    """Theoretical CV of an interrupted Poisson process's inter-arrival times.
+
+    c² = 1 + 2 λ_on ω₁ / (ω₁ + ω₂)², with ω₁ = 1/mean episode, ω₂ = 1/mean silence
+    (Fischer and Meier-Hellstern, "The MMPP cookbook", 1993, the IPP case).
+    """
+    rate_on = p.burstiness * p.arrival_rate_hz
+    w1 = rate_on / EPISODE_REQUESTS
+    w2 = w1 / (p.burstiness - 1.0)
+    return math.sqrt(1.0 + 2.0 * rate_on * w1 / (w1 + w2) ** 2)
+
+
+def _percentiles(values: list[float]) -> dict[str, float | None]:
+    if not values:
+        return {"p50": None, "p90": None, "p99": None}
+    p50, p90, p99 = (float(v) for v in np.percentile(values, [50.0, 90.0, 99.0]))
+    return {"p50": p50, "p90": p90, "p99": p99}
+
+
+def _cv(values: FloatArray) -> float | None:
+    if values.size < 2 or float(values.mean()) <= 0:
+        return None
+    return float(values.std(ddof=1) / values.mean())
+
+
+def _arrivals_truth(
+    p: JobParams,
+    busy: list[tuple[float, float, int]],
+    requests: int,
+    per_request: float,
+    request_s: float,
+) -> dict[str, Any]:
+    """Ground truth of the busy periods (what a counter sees as bursts), by construction.
+
+    A busy period runs from the first AlltoAll of a request that found the replica idle to the
+    last AlltoAll of the last request queued behind it. Bytes are per direction, summed over
+    the host's ranks (the counters' view), above the background. Only periods that start and
+    end inside the run give sizes and durations. A busy period of k requests moves k ×
+    ``request_bytes`` and lasts k × ``request_duration_s``; ``requests_per_burst`` is the
+    histogram of k, the exact size and duration distribution.
+    """
+    assert p.duration_s is not None
+    end = p.duration_s
+    periods = np.asarray(busy, dtype=np.float64).reshape(-1, 3)
+    inside = periods[(periods[:, 0] >= 0) & (periods[:, 0] < end)]
+    complete = inside[inside[:, 1] <= end]
+    starts = inside[:, 0]
+    gaps = starts[1:] - inside[:-1, 1] if inside.shape[0] >= 2 else np.empty(0)
+    inter = np.diff(starts)
+    covered = float(np.sum(np.clip(periods[:, 1], 0, end) - np.clip(periods[:, 0], 0, end)))
+    return {
+        "process": p.arrival_process,
+        "request_rate_hz": p.arrival_rate_hz,
+        "request_inter_arrival_cv": (
+            1.0 if p.arrival_process == "poisson" else mmpp_inter_arrival_cv(p)
+        ),
+        "requests": requests,
+        "request_bytes": per_request * p.local_ranks,
+        "request_duration_s": request_s,
+        "requests_per_burst": {
+            str(int(k)): int(v)
+            for k, v in zip(*np.unique(complete[:, 2], return_counts=True), strict=True)
+        },
+        "bursts": int(inside.shape[0]),
+        "burst_rate_hz": float(inside.shape[0] / end),
+        "burst_bytes": _percentiles([r * per_request * p.local_ranks for r in complete[:, 2]]),
+        "burst_duration_s": _percentiles((complete[:, 1] - complete[:, 0]).tolist()),
+        "inter_arrival_mean_s": float(inter.mean()) if inter.size else None,
+        "inter_arrival_cv": _cv(inter),
+        "gap_mean_s": float(gaps.mean()) if gaps.size else None,
+        "gap_cv": _cv(gaps),
+        "verdict": "poisson" if p.arrival_process == "poisson" else "bursty",
+        "busy_ratio": covered / end,
+    }
+
+
+def _inference(p: JobParams, rng: np.random.Generator) -> Schedule:
+    """MoE expert parallelism: requests at random times, so no period by construction.
+
+    Requests arrive as a Poisson process (default) or an MMPP (``arrival_process="mmpp"``).
+    Each request runs an AlltoAll dispatch and combine per MoE layer around the expert compute;
+    one request at a time per replica, so a request that arrives while another is served waits
+    and extends the busy period.
     """
     assert p.duration_s is not None
     size = p.tokens * p.hidden * BF16_BYTES  # bytes per AlltoAll, all peers together
     comm = gather_wire_bytes(size, p.nranks) / p.bandwidth
     per_peer = max(1, round(size / p.nranks / BF16_BYTES))
     bursts, compute, calls, starts = [], [], [], []
-    t = float(rng.exponential(1.0 / p.arrival_rate_hz))
+    busy: list[tuple[float, float, int]] = []  # (start, end, requests) of each busy period
+    mmpp = _mmpp_arrivals(p) if p.arrival_process == "mmpp" else None
+
+    def next_arrival(after: float) -> float:
+        if mmpp is None:
+            return after + float(rng.exponential(1.0 / p.arrival_rate_hz))
+        return next(mmpp, math.inf)
+
+    t = next_arrival(0.0)
     busy_until = 0.0
+    requests = 0
     while t < p.duration_s:
         s = max(t, busy_until)  # one request at a time on this replica
+        if t >= busy_until:
+            busy.append((s, s, 0))
         starts.append(s)
+        requests += 1
         for _ in range(p.moe_layers):
             for op_at in (s, s + comm + p.expert_compute_s):
                 bursts.append((op_at, op_at + comm, p.bandwidth))
@@ -182,8 +306,12 @@ def _inference(p: JobParams, rng: np.random.Generator) -> Schedule:
             compute.append((s + comm, s + comm + p.expert_compute_s))
             s += 2 * comm + p.expert_compute_s
         busy_until = s
-        t += float(rng.exponential(1.0 / p.arrival_rate_hz))
+        first, _, served = busy[-1]
+        busy[-1] = (first, s, served + 1)  # the last combine ends where the next layer would start
+        t = next_arrival(t)
     sched = _clip(p, bursts, compute, calls, starts)
+    per_request = 2 * p.moe_layers * comm * p.bandwidth
+    kept = [c for c in sched.calls if c.op == "AlltoAll"]
     sched.truth.update(
         regime="inference",
         size_bytes=size,
@@ -191,6 +319,15 @@ def _inference(p: JobParams, rng: np.random.Generator) -> Schedule:
         alltoall_bytes=size,
         nominal_period_s=None,
         inner_period_s=None,
+        arrivals=_arrivals_truth(
+            p, busy, requests, per_request, p.moe_layers * (2 * comm + p.expert_compute_s)
+        ),
+        alltoall={
+            "message_bytes": per_peer * BF16_BYTES * p.nranks,
+            "calls": len(kept),
+            "calls_per_request": 2 * p.moe_layers,
+            "call_rate_per_rank_hz": len(kept) / p.local_ranks / p.duration_s,
+        },
     )
     return sched
 

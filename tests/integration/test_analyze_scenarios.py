@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from agent.cli import main
+from agent.simulator.files import simulate_to_dir
+from agent.simulator.nccl_writer import LoggedCall, render_nccl_log
+from agent.simulator.params import JobParams
 
 CONTRACT_KEYS = {
     "period_s",
@@ -233,3 +238,133 @@ def test_table_output_is_readable(tmp_path: Path, capsys: pytest.CaptureFixture[
     for fragment in ("T  sync period", "B  burst bandwidth", "D  duty cycle", "AllReduce",
                      "compute-bound", "regime"):  # fmt: skip
         assert fragment in text
+
+
+# --- inference: burst arrivals, AlltoAll, pipeline stages (issue 10) ----------------------------
+
+
+def _inference_run(out: Path, **kw: Any) -> dict[str, Any]:
+    return simulate_to_dir(JobParams(scenario="inference", **kw), out)
+
+
+@pytest.mark.parametrize(
+    ("process", "seed", "verdict"), [("poisson", 1, "poisson"), ("mmpp", 2, "bursty")]
+)
+def test_inference_arrivals_and_alltoall_are_reported(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], process: str, seed: int, verdict: str
+) -> None:
+    """λ within the merge tolerance of tests/unit/test_arrivals.py (1 - exp(-2 λ_on dt) + 1 %);
+    AlltoAll S exact; its rate per rank within 10 % (the log's span ends at the first and last
+    request, about one inter-request gap short of the run: 2 × 0.5 s of 60 s, plus chance)."""
+    truth = _inference_run(tmp_path, arrival_process=process, seed=seed, duration_s=120)
+    out = _analyze(capsys, *_all_files(tmp_path))
+    assert out["regime"] == "inference"
+    assert out["period_s"] is None
+    arr, true_arr = out["arrivals"], truth["arrivals"]
+    rate_on = 2.0 * (5.0 if process == "mmpp" else 1.0)
+    tol = 1 - math.exp(-2 * rate_on * 0.01) + 0.01
+    assert arr["arrival_rate_hz"] == pytest.approx(true_arr["burst_rate_hz"], rel=tol)
+    assert arr["verdict"] == verdict == true_arr["verdict"]
+    assert arr["burst_bytes"]["p50"] is not None
+    assert arr["burst_duration_s"]["p99"] is not None
+    a2a = out["alltoall"]
+    assert a2a["calls"] == truth["alltoall"]["calls"] == out["collectives"]["AlltoAll"]["count"]
+    assert a2a["grouped_send_recv_calls"] == 0
+    assert a2a["message_bytes"]["p50"] == truth["alltoall"]["message_bytes"]
+    assert a2a["call_rate_per_rank_hz"] == pytest.approx(
+        truth["alltoall"]["call_rate_per_rank_hz"], rel=0.1
+    )
+    assert out["pipeline"] is None
+    capsys.readouterr()
+    assert main(["analyze", *_all_files(tmp_path)]) == 0
+    text = capsys.readouterr().out
+    assert f": {verdict}" in text
+    assert "burst duration    P50" in text
+    assert "AlltoAll          " in text
+
+
+def test_a_training_job_has_arrivals_but_no_alltoall_or_pipeline(
+    training_job: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = _analyze(capsys, *_all_files(training_job))
+    assert out["regime"] == "training"
+    assert out["arrivals"]["verdict"] == "periodic"
+    assert out["alltoall"] is None
+    assert out["pipeline"] is None
+    only_log = _analyze(capsys, "--nccl-log", str(training_job / "nccl.log"))
+    assert only_log["arrivals"] is None  # no counters or capture: no rate series
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3, 4])
+@pytest.mark.parametrize("process", ["poisson", "mmpp"])
+def test_the_inference_regime_never_reports_a_period(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], seed: int, process: str
+) -> None:
+    _inference_run(tmp_path, arrival_process=process, seed=seed, duration_s=120)
+    for files in (_all_files(tmp_path), ["--nccl-log", str(tmp_path / "nccl.log")]):
+        out = _analyze(capsys, *files)
+        assert out["regime"] == "inference"
+        assert out["period_s"] is None
+        assert out["duty_cycle"] is None
+
+
+def _write_log(path: Path, calls: list[LoggedCall], nranks: int, version: str) -> None:
+    lines = render_nccl_log(
+        calls, hostname="gpu-node-01", nranks=nranks, first_rank=0, local_ranks=nranks,
+        start_time_s=1767225600.0, seed=7, version=version,
+    )  # fmt: skip
+    path.write_text("".join(line + "\n" for line in lines))
+
+
+def test_grouped_send_recv_of_an_older_nccl_is_counted_as_alltoall(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """NCCL 2.21 has no AlltoAll op: PyTorch's all_to_all_single groups a Send and a Recv to
+    every peer; the lines of one rank come back to back, the ranks interleaved. Requests at
+    random (Poisson) times, as inference serves them."""
+    nranks, rounds, count = 8, 20, 65536
+    starts = 1767225601.0 + np.cumsum(np.random.default_rng(5).exponential(0.05, rounds))
+    calls = []
+    for k in range(rounds):
+        for rank in range(nranks):
+            t = float(starts[k]) + 1e-4 * rank
+            for i, peer in enumerate(p for p in range(nranks) if p != rank):
+                for j, op in enumerate(("Send", "Recv")):
+                    calls.append(LoggedCall(t + 1e-6 * (2 * i + j), op, count, 9, rank, peer))
+    log = tmp_path / "nccl.log"
+    _write_log(log, calls, nranks, "2.21.5")
+    out = _analyze(capsys, "--nccl-log", str(log))
+    a2a = out["alltoall"]
+    assert a2a["calls"] == a2a["grouped_send_recv_calls"] == nranks * rounds
+    assert a2a["native_calls"] == 0
+    assert a2a["message_bytes"]["p50"] == count * 2 * nranks  # nccl-tests S: count·size·nranks
+    span = max(c.time_s for c in calls) - min(c.time_s for c in calls)
+    assert a2a["call_rate_per_rank_hz"] == pytest.approx(rounds / span, rel=1e-3)
+    assert out["collectives"]["Send"]["count"] == nranks * rounds * (nranks - 1)  # unchanged
+    assert out["pipeline"] is None
+    assert out["regime"] == "inference"
+
+
+def test_pipeline_stages_come_from_the_send_recv_peers(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """8 ranks, 4 stages of 2 (pipeline outermost): rank r hands to r + 2, receives from r - 2."""
+    nranks, stride, micro = 8, 2, 12
+    calls = []
+    for m in range(micro):
+        for rank in range(nranks):
+            t = 1767225601.0 + 0.02 * m + 1e-4 * rank
+            if rank + stride < nranks:
+                calls.append(LoggedCall(t, "Send", 1 << 20, 9, rank, rank + stride))
+            if rank >= stride:
+                calls.append(LoggedCall(t + 1e-6, "Recv", 1 << 20, 9, rank, rank - stride))
+    log = tmp_path / "nccl.log"
+    _write_log(log, calls, nranks, "2.28.3")
+    out = _analyze(capsys, "--nccl-log", str(log))
+    pipe = out["pipeline"]
+    assert pipe["stages"] == nranks // stride
+    assert pipe["rank_stride"] == stride
+    assert pipe["stages_here"] == [0, 1, 2, 3]
+    assert pipe["p2p_calls"] == len(calls)
+    assert pipe["message_bytes"]["p50"] == 2 << 20
+    assert out["alltoall"] is None

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import csv
+import io
+import json
 from pathlib import Path
 
 import pytest
@@ -115,3 +118,21 @@ def test_simulate_unwritable_output(tmp_path: Path, capsys: pytest.CaptureFixtur
     blocker.write_text("")
     assert main(["simulate", "--out", str(blocker / "sub"), "--duration", "10"]) == 1
     assert "cannot create output directory" in capsys.readouterr().err
+
+
+def test_simulate_bursty_inference_reaches_analyze_and_the_table(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "job"
+    argv = ["simulate", "--scenario", "inference", "--arrival-process", "mmpp"]
+    assert main([*argv, "--burstiness", "6", "--duration", "60", "--out", str(out)]) == 0
+    truth = json.loads((out / "truth.json").read_text())
+    assert truth["params"]["arrival_process"] == "mmpp"
+    assert truth["params"]["burstiness"] == 6.0
+    capsys.readouterr()
+    files = ["--counters", str(out / "counters.csv"), "--nccl-log", str(out / "nccl.log")]
+    assert main(["analyze", *files, "--table", "csv"]) == 0
+    rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+    job = next(r for r in rows if r["row"] == "job")
+    assert job["arrival_pattern"] == "bursty"
+    assert float(job["arrival_rate_hz"]) > 0

@@ -11,7 +11,17 @@ import pytest
 
 from agent.cli import main
 from agent.config import ConfigError
-from agent.table import COLUMNS, WhatIf, bus_factor, mix_factor, parse_what_if, predict
+from agent.estimate import Estimate
+from agent.table import (
+    COLUMNS,
+    WhatIf,
+    bus_factor,
+    mix_factor,
+    parse_what_if,
+    planning_rows,
+    predict,
+    render_rows,
+)
 
 ALLREDUCE = {"AllReduce": (16, 20 * 10**9)}
 #: DOMAIN.md: N=32, S=20 GB, 25 GB/s: AllReduce ≈ 2·20·31/32/25 = 1.55 s; 3 s of compute.
@@ -144,3 +154,58 @@ def test_table_errors(training_job: Path, capsys: pytest.CaptureFixture[str]) ->
     assert main(["analyze", *counters, "--table", "json", "--what-if", "nranks=64"]) == 0
     rows = json.loads(capsys.readouterr().out)
     assert "needs T and D" in rows[-1]["note"]
+
+
+def _estimate(period_s: float | None, regime: str) -> Estimate:
+    return Estimate(
+        period_s=period_s,
+        burst_bandwidth=10e9,
+        duty_cycle=None if period_s is None else 0.3,
+        confidence=0.0 if period_s is None else 0.9,
+        regime=regime,
+        network_on_ratio=0.1,
+        nranks=32,
+        collectives={"AlltoAll": (100, 10**9)},
+    )
+
+
+ARRIVALS = {
+    "bursts": 107,
+    "arrival_rate_hz": 1.78,
+    "inter_arrival_cv": 0.79,
+    "verdict": "poisson",
+    "burst_bytes": {"p50": 5.2e8, "p90": 7.4e8, "p99": 1.06e9},
+    "burst_duration_s": {"p50": 0.053, "p90": 0.075, "p99": 0.108},
+}
+
+
+def test_inference_rows_carry_arrivals_alltoall_and_pipeline() -> None:
+    rows = planning_rows(
+        _estimate(None, "inference"),
+        arrivals=ARRIVALS,
+        alltoall={"calls": 3776, "nranks": 32, "grouped_send_recv_calls": 12,
+                  "message_bytes": {"p50": 16777216.0, "p99": 16777216.0},
+                  "call_rate_per_rank_hz": 62.9},
+        pipeline={"stages": 4, "nranks": 8, "p2p_calls": 40, "reason": None,
+                  "message_bytes": {"p50": 1e6, "p99": 2e6}},
+    )  # fmt: skip
+    job, a2a, pipe = rows
+    assert job["period_s"] is None
+    assert (job["arrival_rate_hz"], job["inter_arrival_cv"], job["arrival_pattern"]) == (
+        1.78,
+        0.79,
+        "poisson",
+    )
+    assert (job["burst_bytes_p99"], job["burst_duration_p99_s"]) == (1.06e9, 0.108)
+    assert (a2a["row"], a2a["calls"], a2a["message_bytes_p50"]) == ("alltoall", 3776, 16777216.0)
+    assert a2a["arrival_rate_hz"] == 62.9
+    assert "12 from grouped Send/Recv" in a2a["note"]
+    assert (pipe["row"], pipe["pipeline_stages"], pipe["calls"]) == ("pipeline", 4, 40)
+    assert next(iter(csv.reader(io.StringIO(render_rows(rows, "csv"))))) == list(COLUMNS)
+
+
+def test_a_periodic_job_is_described_by_t_b_d_not_by_arrivals() -> None:
+    (job,) = planning_rows(_estimate(1.0, "training"), arrivals=ARRIVALS)
+    assert job["period_s"] == 1.0
+    assert job["arrival_rate_hz"] is None
+    assert job["arrival_pattern"] is None

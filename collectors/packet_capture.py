@@ -442,7 +442,8 @@ class TrafficTally:
         for table in (self._flows, self._qps):
             for key in [k for k, t in table.items() if t < horizon]:
                 del table[key]
-        self.table_full = self.table_full and len(self._flows) >= MAX_TRACKED_KEYS
+        full = max(len(self._flows), len(self._qps)) >= MAX_TRACKED_KEYS
+        self.table_full = self.table_full and full
 
     @property
     def flows(self) -> int:
@@ -654,6 +655,9 @@ class _Worker:
                 if not frames.complete:
                     log.warning("capture %s: a ring block had an inconsistent frame chain", name)
                 mono = frames.time_ns.astype(np.float64) / 1e9 + self._offset
+                # A frame cannot come from the future: a wall clock stepped forward (until
+                # the offset is measured again) must not park bytes in a bin far ahead.
+                np.minimum(mono, now, out=mono)
                 self.binner.add(name, mono, frames.length, frames.outgoing)
                 self.tally.add(name, ring.map, frames, ring.link_type, now)
                 ring.release(off)

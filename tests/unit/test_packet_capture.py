@@ -401,6 +401,8 @@ def test_worker_bins_ring_blocks_on_the_agent_clock(monkeypatch: pytest.MonkeyPa
         [
             kernel_block([(ROCE, t, len(ROCE), 0, 0), (CNP, t + 10**6, len(CNP), 0, 4)]),
             kernel_block([(ROCE, t + 20_000_000, len(ROCE), 0, 0)]),
+            # stamped an hour ahead (a wall clock stepped forward): counted now, not parked
+            kernel_block([(CNP, t + 3600 * 10**9, len(CNP), 0, 0)]),
         ],
     )
     worker, clock, _ = _worker(lambda name, cfg: ring, monkeypatch=monkeypatch)
@@ -410,20 +412,22 @@ def test_worker_bins_ring_blocks_on_the_agent_clock(monkeypatch: pytest.MonkeyPa
     assert info.skipped is None
     worker._offset = worker._clock_offset()
     worker.binner.start(clock.now())
+    clock.advance(0.05)
     worker.drain()
-    assert ring._next == 2
-    assert ring.map[8] == 0
-    clock.advance(0.1)
+    assert ring._next == 3
+    assert ring.map[8] == 0  # every block handed back to the kernel
+    clock.advance(0.05)
     worker._slow(clock.now())
     readings = worker.close_bins(clock.now())
     assert all(isinstance(r, CounterReading) for r in readings)
     by_time = {round(r.time_s, 3): r.values for r in readings}
     assert by_time[1000.01] == {"eth0_tx_bytes": len(CNP), "eth0_rx_bytes": len(ROCE)}
     assert by_time[1000.03]["eth0_rx_bytes"] == 2 * len(ROCE)
-    assert readings[-1].counters == {"eth0": {"tx_packets": 1, "rx_packets": 2}}
+    assert by_time[1000.06]["eth0_rx_bytes"] == 2 * len(ROCE) + len(CNP)
+    assert readings[-1].counters == {"eth0": {"tx_packets": 1, "rx_packets": 3}}
     stats = worker.stats()
-    assert stats["roce_packets"] == 3
-    assert stats["cnp_packets"] == 1
+    assert stats["roce_packets"] == 4
+    assert stats["cnp_packets"] == 2
     assert stats["kernel_dropped_packets"] == 3
 
 

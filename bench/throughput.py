@@ -260,11 +260,18 @@ def _nccl_log(path: Path, lines: int) -> int:
 
 
 def nccl_table(lines: int) -> None:
-    """Lines per second through tail + decode, against a naive one-regex reader."""
+    """Lines per second through tail + decode, against a naive one-regex reader.
+
+    Three readers: the naive baseline, commpulse's live path (``Tailer.poll_text`` +
+    ``decode_texts``: one regex split per 1 MiB chunk) and its per-line reference (``poll`` +
+    ``decode_batch``, the live path before), which gives the same batches.
+    """
     import re
 
+    import numpy as np
+
     from collectors.nccl_log import LiveDecoder
-    from collectors.nccl_tail import Tailer, decode_batch
+    from collectors.nccl_tail import Tailer, decode_batch, decode_texts
 
     with tempfile.TemporaryDirectory(dir="/dev/shm" if Path("/dev/shm").is_dir() else None) as d:
         path = Path(d) / "nccl.gpu-node-01.1.log"
@@ -284,20 +291,35 @@ def nccl_table(lines: int) -> None:
         def arrival(_stamp: float | None, now: float) -> float:
             return now
 
+        def arrivals(stamps: np.ndarray, now: float) -> np.ndarray:
+            return np.full(stamps.shape, now)
+
         def commpulse() -> int:
             tailer = Tailer((str(path),), read_from="beginning")
             decoder = LiveDecoder()
             calls = 0
-            while polled := tailer.poll():  # at most 1 MiB per file and poll, as live
+            while polled := tailer.poll_text():  # at most 1 MiB per file and poll, as live
+                batch = decode_texts(decoder, (text for _, text in polled), 0.0, arrivals)
+                calls += int(batch.times.size) if batch is not None else 0
+            tailer.close()
+            return calls
+
+        def per_line() -> int:
+            tailer = Tailer((str(path),), read_from="beginning")
+            decoder = LiveDecoder()
+            calls = 0
+            while polled := tailer.poll():
                 batch = decode_batch(decoder, (ln for _, ln in polled), 0.0, arrival)
                 calls += int(batch.times.size) if batch is not None else 0
             tailer.close()
             return calls
 
-        assert naive() == commpulse() == lines, "both readers must see every COLL line"
+        assert naive() == commpulse() == per_line() == lines, "every reader must see every call"
         rows = []
         for name, fn in (("naive: one regex per line (baseline)", naive),
-                         ("commpulse: Tailer.poll + LiveDecoder + batch", commpulse)):  # fmt: skip
+                         ("commpulse: Tailer.poll_text + decode_texts (bulk)", commpulse),
+                         ("commpulse before: Tailer.poll + decode_batch (per line)",
+                          per_line)):  # fmt: skip
             fn()  # warm the page cache and the regex caches
             best = min(_timed(fn) for _ in range(3))
             rows.append((name, total / best))
@@ -507,11 +529,99 @@ def pcap_table(packets: int) -> None:
             print(f"\ntotals (packets, bytes, tx bytes, RoCE, CNP, flows, QPs): {ours}")
 
 
+def _ring_blocks(packets: int, block_size: int = 1 << 20) -> tuple[bytearray, int]:
+    """A TPACKET_V3 ring holding ``packets`` frames laid out as the kernel lays them out.
+
+    Frames are the capture's templates cut at 128 bytes; each has a tpacket3_hdr, a
+    sockaddr_ll (pkttype 4 for transmitted frames) and its data at tp_mac = 82, as for an
+    Ethernet device (see tests/unit/test_packet_capture.py for the layout).
+    """
+    import random
+
+    rng = random.Random(11)
+    templates = _capture_templates()
+    picks = rng.choices(range(len(templates)), [t[3] for t in templates], k=packets)
+    heads = [(t[0] + bytes(_SNAPLEN))[:_SNAPLEN] for t in templates]
+    hdr = struct.Struct("=IIIIIIHHIIHH")
+    sll = struct.Struct("=HHiHBB8s")
+    stride = (82 + _SNAPLEN + 7) // 8 * 8
+    per_block = (block_size - 48) // stride
+    blocks = -(-packets // per_block)
+    ring = bytearray(blocks * block_size)
+    t_ns = 1_700_000_000 * 10**9
+    for b in range(blocks):
+        base = b * block_size
+        chunk = picks[b * per_block : (b + 1) * per_block]
+        for j, k in enumerate(chunk):
+            pos = base + 48 + j * stride
+            _, lo, hi, _ = templates[k]
+            t_ns += rng.randint(0, 3000)
+            nxt = stride if j + 1 < len(chunk) else 0
+            wire = lo if lo == hi else rng.randint(lo, hi)
+            hdr.pack_into(ring, pos, nxt, t_ns // 10**9, t_ns % 10**9, _SNAPLEN, wire, 1, 82, 96,
+                          0, 0, 0, 0)  # fmt: skip
+            outgoing = heads[k][6:12] == _LOCAL_MAC
+            sll.pack_into(ring, pos + 48, 17, 8, 1, 1, 4 if outgoing else 0, 6, bytes(8))
+            ring[pos + 82 : pos + 82 + _SNAPLEN] = heads[k]
+        struct.pack_into("=IIIIII", ring, base, 3, 0, 1, len(chunk), 48, 48 + len(chunk) * stride)
+    return ring, blocks
+
+
+def capture_table(packets: int) -> None:
+    """Frames per second through the live capture thread's work on filled ring blocks."""
+    from collectors.packet_capture import ByteBinner, TrafficTally, parse_block
+    from collectors.pcap import LINKTYPE_ETHERNET, decode_frame
+
+    block_size = 1 << 20
+    ring, blocks = _ring_blocks(packets, block_size)
+
+    def commpulse() -> tuple[int, int]:
+        binner = ByteBinner(["eth0"], 0.01)
+        binner.start(0.0)
+        tally = TrafficTally()
+        for b in range(blocks):
+            frames = parse_block(ring, b * block_size, block_size)
+            binner.add("eth0", frames.time_ns / 1e9 - 1.7e9, frames.length, frames.outgoing)
+            tally.add("eth0", ring, frames, LINKTYPE_ETHERNET, 0.0)
+        return tally.captured, tally.cnp_packets
+
+    def per_frame() -> tuple[int, int]:
+        """A recvfrom-style loop: each frame decoded and binned on its own."""
+        bins: dict[tuple[int, bool], int] = {}
+        view = memoryview(ring)
+        n = cnp = 0
+        for b in range(blocks):
+            frames = parse_block(ring, b * block_size, block_size)
+            for t, length, off, cap, out in zip(frames.time_ns.tolist(), frames.length.tolist(),
+                                                frames.data_off.tolist(), frames.caplen.tolist(),
+                                                frames.outgoing.tolist(), strict=True):  # fmt: skip
+                info = decode_frame(view[off : off + cap])
+                key = (t // 10_000_000, out)
+                bins[key] = bins.get(key, 0) + length
+                n += 1
+                cnp += bool(info is not None and info.cnp)
+        return n, cnp
+
+    assert commpulse() == per_frame(), "the two paths disagree"
+    rows = []
+    for name, fn in (("per-frame decode_frame + dict bins (baseline)", per_frame),
+                     ("commpulse: parse_block + ByteBinner + TrafficTally",
+                      commpulse)):  # fmt: skip
+        best = min(_timed(fn) for _ in range(3))
+        rows.append((name, packets / best))
+    head = f"live capture work, {packets} frames in {blocks} ring blocks"
+    print(f"\n| {head} | frames/s | vs baseline |")
+    print("|---|---|---|")
+    for name, rate in rows:
+        print(f"| {name} | {rate:,.0f} | {rate / rows[0][1]:.2f}x |")
+
+
 def inside(args: argparse.Namespace) -> None:
     sweep_table(args.repeat)
     cpu_table(args.seconds)
     nccl_table(args.nccl_lines)
     pcap_table(args.pcap_packets)
+    capture_table(args.pcap_packets)
 
 
 def main() -> None:
@@ -534,6 +644,7 @@ def main() -> None:
     if args.pcap_only:
         sys.path.insert(0, str(ROOT))
         pcap_table(args.pcap_packets)
+        capture_table(args.pcap_packets)
         return
     if args.nccl_only:
         sys.path.insert(0, str(ROOT))

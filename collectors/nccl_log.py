@@ -30,6 +30,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import lru_cache
+from itertools import repeat
 from pathlib import Path
 from types import MappingProxyType
 from typing import Final, Literal
@@ -45,6 +46,7 @@ __all__ = [
     "MAX_LINE_BYTES",
     "PER_RANK_OPS",
     "UNKNOWN_OP",
+    "CallKind",
     "CallRecord",
     "CollLine",
     "CommInfo",
@@ -190,6 +192,43 @@ _FAST_LINE_RE: Final = _rx(
 #: A COLL record on the live fast path: (NCCL timestamp or None, op, S or None, nranks, comm
 #: pointer, "host:pid").
 FastCall = tuple[float | None, str, int | None, int, str, str]
+
+# The live tailer's bulk path: one regex split over a whole chunk of complete lines, one match
+# per line, so no Python runs per line (split, unlike findall, makes no tuple per match: its
+# flat list of groups is sliced into columns). CPython's regex engine is slow on character
+# classes (each char of `[^\s:\[\]()<>]` or `\d` costs several times a `[^ ]`), so the first
+# branch only *delimits* the common COLL line, with single-character loops where it can: the
+# timestamp, "host:pid:tid [dev] NCCL INFO op" (one value per thread and op) and everything from
+# "sendbuff" to the end (one value per buffers, shape, comm and stream). Those repeat from line
+# to line, so each distinct value is checked once against the strict pieces below and cached;
+# the opCount, which changes every line, is checked in place, and the timestamp with numpy. A
+# line the first branch does not take, or whose pieces fail a check, goes to the per-line path
+# (LiveDecoder.fast, then decode), exactly as before. The loops are possessive (each stops at
+# a character it cannot take, which is the one that must follow, so giving some back could
+# never help): the same matches, ~10 % faster.
+_BULK_RE: Final = _rx(
+    r"(\[[^\]]{19,29}+\] |)([^ ]++ [^ ]++ NCCL INFO [^:]++): opCount [0-9a-fA-F]{1,16}+"
+    r" (sendbuff [^\n]*+)\n|[^\n]*+\n"
+)
+# The same, but no piece can run past a newline: slower, for a chunk where a loose loop above
+# ran across lines (then the matches are not the lines).
+_BULK_SAFE_RE: Final = _rx(
+    r"(\[[^\]\n]{19,29}+\] |)([^ \n]++ [^ \n]++ NCCL INFO [^:\n]++): opCount [0-9a-fA-F]{1,16}+"
+    r" (sendbuff [^\n]*+)\n|[^\n]*+\n"
+)
+# The strict pieces: with them the line is exactly what _FAST_LINE_RE accepts (whose match
+# is unique: every field ends at a character it cannot hold), with the same groups.
+_BULK_WHO_RE: Final = _rx(
+    r"([^\s:\[\]()<>]{1,255}:\d{1,10}):\d{1,10} \[-?\d{1,6}\] NCCL INFO ([A-Za-z]{1,64})"
+)
+_BULK_MID_RE: Final = _rx(
+    r"sendbuff (?:" + _PTR + r") recvbuff (?:" + _PTR + r") count (\d{1,20}) datatype (\d{1,10})"
+    r" op -?\d{1,10} root -?\d{1,10} comm (" + _PTR + r") \[nranks=(\d{1,10})\]"
+)
+_UNSEEN: Final = -2  # a pair of line pieces not in the cache yet
+
+#: A call kind of the bulk path: (op, S or None, nranks or 0, comm pointer, "host:pid").
+CallKind = tuple[str, int | None, int, str, str]
 
 # NCCL 2.3.5 only (src/collectives/*.cu @ v2.3.5-5): no op name, a "size" field in bytes, and
 # "root %d" only in broadcast.cu/reduce.cu.
@@ -787,6 +826,7 @@ class _CommState:
 
 _F64 = npt.NDArray[np.float64]
 _I32 = npt.NDArray[np.int32]
+_IP = npt.NDArray[np.intp]
 
 
 @dataclass(frozen=True, slots=True)
@@ -845,16 +885,28 @@ class CallRecord:
 
 
 class LiveDecoder:
-    """Line-at-a-time decoding for the live tailer: COLL records on a fast path.
+    """Decoding for the live tailer: COLL records on fast paths.
 
-    The common line (one prefixed COLL record) takes one regex search with few groups, and
-    each distinct call shape ``(op, count, datatype, nranks)`` is resolved to its S once, as in
-    :class:`NcclLogAccumulator`; anything else mentioning NCCL goes through
+    :meth:`decode_chunks` takes whole chunks of lines: the common line (one prefixed COLL
+    record) costs no Python of its own there (see ``_BULK_RE``), and every other line goes
+    through :meth:`fast` then :meth:`decode`, which read one line: the common line by one regex
+    search with few groups, each distinct call shape ``(op, count, datatype, nranks)`` resolved
+    to its S once, as in :class:`NcclLogAccumulator`; anything else mentioning NCCL through
     :func:`parse_records`. WARN lines and lines that mention NCCL but do not decode are counted.
     """
 
     #: Communicators remembered for :meth:`comm_id` (a job makes a handful; a bound all the same).
     MAX_COMMS = 4096
+    #: Call kinds kept by the bulk path (distinct op, S, nranks, comm, process) before a reset.
+    MAX_KINDS = 65536
+    #: Distinct line pieces whose kind the bulk path remembers (buffers can vary per call),
+    #: and their longest length (a real COLL line's pieces have a few hundred characters).
+    MAX_PAIRS = 16384
+    MAX_PAIR_CHARS = 1024
+    #: Texts shorter than this go line by line (below some 30 lines that is cheaper).
+    SMALL_CHARS = 8192
+    #: Consecutive texts are joined into one bulk pass up to this many characters.
+    JOIN_CHARS = 1 << 18
 
     def __init__(self) -> None:
         self._shapes: dict[tuple[str, str, str, str], tuple[int | None, int]] = {}
@@ -862,6 +914,13 @@ class LiveDecoder:
         self._comm_ids: dict[tuple[str, str], str] = {}
         self.warn_lines = 0
         self.unparsed_lines = 0
+        # Bulk path: call kinds (ids valid until the next decode_chunks), and the kind of each
+        # distinct ("host:pid:tid [dev] NCCL INFO op", "sendbuff ..." rest) pair (-1: not the
+        # common line).
+        self._kinds: list[CallKind] = []
+        self._kind_index: dict[CallKind, int] = {}
+        self._kind_bytes: list[float] = []
+        self._pairs: dict[tuple[str | None, str | None], int] = {}
 
     def comm_id(self, process: str, comm: str) -> str | None:
         """The ``commId`` an Init line gave this process's comm pointer (NCCL 2.16+), if any.
@@ -871,14 +930,19 @@ class LiveDecoder:
         """
         return self._comm_ids.get((process, comm))
 
-    def _time(self, sec: str | None, frac: str | None) -> float | None:
-        if sec is None:
-            return None
+    def _second(self, sec: str) -> float | None:
+        """POSIX second of a ``%F %T`` text, memoised (None: an impossible date)."""
         base = self._seconds.get(sec)
         if base is None:
             if len(self._seconds) >= 4096:
                 self._seconds.clear()
             base = self._seconds[sec] = _second_epoch(sec)
+        return base
+
+    def _time(self, sec: str | None, frac: str | None) -> float | None:
+        if sec is None:
+            return None
+        base = self._second(sec)
         if base is None:
             return None
         if frac is None or len(frac) >= 10:
@@ -914,12 +978,19 @@ class LiveDecoder:
             op, count, dtype, comm, nranks_text = body.groups()
         shape = self._shapes.get((op, count, dtype, nranks_text))
         if shape is None:
-            nranks = int(nranks_text)
-            elem = DATATYPE_SIZES.get(int(dtype))
-            shape = (collective_bytes(op, int(count), elem, nranks), nranks)
-            if len(self._shapes) < 65536:
-                self._shapes[(op, count, dtype, nranks_text)] = shape
+            shape = self._new_shape(op, count, dtype, nranks_text)
         return (self._time(sec, frac), op, shape[0], shape[1], comm, f"{host}:{pid}")
+
+    def _new_shape(
+        self, op: str, count: str, dtype: str, nranks_text: str
+    ) -> tuple[int | None, int]:
+        """(S, nranks) of a call shape seen for the first time (cached, up to a bound)."""
+        nranks = int(nranks_text)
+        elem = DATATYPE_SIZES.get(int(dtype))
+        shape = (collective_bytes(op, int(count), elem, nranks), nranks)
+        if len(self._shapes) < 65536:
+            self._shapes[(op, count, dtype, nranks_text)] = shape
+        return shape
 
     def decode(self, line: str) -> list[CallRecord]:
         """The COLL records of one line (usually zero or one)."""
@@ -948,6 +1019,226 @@ class LiveDecoder:
                     self._comm_ids.clear()
                 self._comm_ids[(f"{event.host}:{event.pid}", event.comm)] = event.comm_id
         return out
+
+    # -- bulk path ---------------------------------------------------------------------------
+
+    def decode_chunks(self, texts: Iterable[str]) -> tuple[_F64, _IP]:
+        """Every COLL record of whole chunks of lines, in order: (NCCL timestamps, kinds).
+
+        Each text is complete lines, each ending in a newline (what ``Tailer.poll_text``
+        gives). A timestamp is NaN where the line had none (or an impossible date); a kind
+        indexes :meth:`kind` and :meth:`kind_bytes`, until the next call. The result equals
+        :meth:`fast`, then :meth:`decode`, line by line (counters and comm ids included), but
+        the common line costs no Python of its own: see ``_BULK_RE``.
+        """
+        if len(self._kinds) > self.MAX_KINDS:  # no id of an earlier batch is still held
+            self._kinds.clear()
+            self._kind_index.clear()
+            self._kind_bytes.clear()
+            self._pairs.clear()
+        stamps: list[_F64] = []
+        kinds: list[_IP] = []
+        # Small texts (a live sweep reads a few lines per file) are joined: one pass has a
+        # fixed cost of some 30 numpy calls, which only many lines pay for.
+        joined: list[str] = []
+        size = 0
+        for text in texts:
+            if joined and size + len(text) > self.JOIN_CHARS:
+                self._decode_chunk("".join(joined), stamps, kinds)
+                joined, size = [], 0
+            joined.append(text)
+            size += len(text)
+        if joined:
+            self._decode_chunk("".join(joined), stamps, kinds)
+        if not kinds:
+            return np.empty(0, dtype=np.float64), np.empty(0, dtype=np.intp)
+        if len(kinds) == 1:
+            return stamps[0], kinds[0]
+        return np.concatenate(stamps), np.concatenate(kinds)
+
+    def kind(self, kind: int) -> CallKind:
+        """(op, S or None, nranks or 0, comm, "host:pid") of a kind from :meth:`decode_chunks`."""
+        return self._kinds[kind]
+
+    def kind_bytes(self) -> _F64:
+        """S of every kind as a float (NaN where unknown), indexed by kind."""
+        return np.array(self._kind_bytes, dtype=np.float64)
+
+    def _kind(self, op: str, s_bytes: int | None, nranks: int, comm: str, process: str) -> int:
+        key = (op, s_bytes, nranks, comm, process)
+        kind = self._kind_index.get(key)
+        if kind is None:
+            kind = self._kind_index[key] = len(self._kinds)
+            self._kinds.append(key)
+            self._kind_bytes.append(_NAN if s_bytes is None else float(s_bytes))
+        return kind
+
+    def _pair(self, who: str | None, mid: str | None) -> int:
+        """Kind of a line made of these two pieces (checked strictly), -1 if not a fast line."""
+        kind = -1
+        w = _BULK_WHO_RE.fullmatch(who) if who is not None else None
+        m = _BULK_MID_RE.match(mid) if w is not None and mid is not None else None
+        if w is not None and m is not None and mid is not None:
+            process, op = w.groups()
+            rest = mid[m.end() :]
+            # as in fast(): no other record after this one, no "opCount" in the host
+            if "opCount" not in process and "NCCL " not in rest and "opCount" not in rest:
+                count, dtype, comm, nranks_text = m.groups()
+                shape = self._shapes.get((op, count, dtype, nranks_text))
+                if shape is None:
+                    shape = self._new_shape(op, count, dtype, nranks_text)
+                kind = self._kind(op, shape[0], shape[1], comm, process)
+        if len(who or "") + len(mid or "") <= self.MAX_PAIR_CHARS:  # junk stays uncached
+            if len(self._pairs) >= self.MAX_PAIRS:
+                self._pairs.clear()
+            self._pairs[(who, mid)] = kind
+        return kind
+
+    def _decode_chunk(
+        self, text: str, stamps: list[_F64], kinds: list[_IP], *, safe: bool = False
+    ) -> None:
+        """Append the COLL records of one chunk of complete lines (see decode_chunks)."""
+        if len(text) < self.SMALL_CHARS:  # a few lines: cheaper one by one
+            line_stamps: list[float] = []
+            line_kinds: list[int] = []
+            for line in text.split("\n")[:-1]:
+                self._line_calls(line, line_stamps, line_kinds)
+            stamps.append(np.array(line_stamps, dtype=np.float64))
+            kinds.append(np.array(line_kinds, dtype=np.intp))
+            return
+        # [text before the match (""), timestamp, who, rest] per match, then the text after
+        flat: list[str | None] = (_BULK_SAFE_RE if safe else _BULK_RE).split(text)
+        rows = len(flat) // 4
+        if not rows:
+            return
+        ts, who, mid = flat[1::4], flat[2::4], flat[3::4]
+        row_kinds = np.array(
+            list(map(self._pairs.get, zip(who, mid, strict=True), repeat(_UNSEEN))), dtype=np.intp
+        )
+        for i in np.flatnonzero(row_kinds == _UNSEEN).tolist():
+            row_kinds[i] = self._pair(who[i], mid[i])
+        row_stamps, ts_ok = self._bulk_stamps(ts)
+        bad = row_kinds < 0
+        bad |= ~ts_ok
+        if not bad.any():
+            stamps.append(row_stamps)
+            kinds.append(row_kinds)
+            return
+        # A loose loop that ran across a newline leaves a newline in a timestamp or host piece,
+        # which fails its check: only with a bad row can the matches be other than the lines.
+        lines = text.split("\n")
+        if rows != len(lines) - 1:
+            self._decode_chunk(text, stamps, kinds, safe=True)
+            return
+        # Lines the bulk pattern did not take: line by line, in place.
+        good = ~bad
+        out_stamps, out_kinds = row_stamps[good], row_kinds[good]
+        at: list[int] = []
+        more_stamps: list[float] = []
+        more_kinds: list[int] = []
+        for j, i in enumerate(np.flatnonzero(bad).tolist()):
+            before = len(more_kinds)
+            self._line_calls(lines[i], more_stamps, more_kinds)
+            at.extend([i - j] * (len(more_kinds) - before))  # i - j good rows come before
+        if at:
+            out_stamps = np.insert(out_stamps, at, more_stamps)
+            out_kinds = np.insert(out_kinds, at, more_kinds)
+        stamps.append(out_stamps)
+        kinds.append(out_kinds)
+
+    def _line_calls(self, line: str, stamps: list[float], kinds: list[int]) -> None:
+        """One line the bulk pattern did not take, as the per-line path reads it."""
+        if "NCCL " not in line and "opCount " not in line:  # fast() needs "NCCL INFO "
+            return
+        call = self.fast(line)
+        if call is not None:
+            calls = [call]
+        else:
+            calls = [(c.timestamp_s, c.op, c.s_bytes, c.nranks or 0, c.comm, c.process)
+                     for c in self.decode(line)]  # fmt: skip
+        for stamp, op, s_bytes, nranks, comm, process in calls:
+            stamps.append(_NAN if stamp is None else stamp)
+            kinds.append(self._kind(op, s_bytes, nranks, comm, process))
+
+    def _bulk_stamps(self, ts: list[str | None]) -> tuple[_F64, npt.NDArray[np.bool_]]:
+        """NCCL timestamps of a chunk's rows (NaN: none) and which rows' text is well-formed.
+
+        ``ts`` is the "[...] " prefix of 22 to 32 characters, "" or None (no such prefix).
+        The rows of one length are checked and decoded together as bytes: the shape by one
+        ``translate`` and compare against a template, the second once per run of rows that
+        share it (found by comparing its 19 bytes as three unaligned 64-bit words), the
+        fraction's digits by a float matrix product (exact: every partial sum is an integer
+        below 2^53) over 10**digits: the same double as ``int(digits) / 10**len(digits)`` of
+        the per-line path.
+        """
+        n = len(ts)
+        stamps = np.full(n, _NAN)
+        ok = np.ones(n, dtype=np.bool_)
+        texts: list[str] = [t or "" for t in ts] if None in ts else ts  # type: ignore[assignment]
+        widths = set(map(len, texts))
+        widths.discard(0)
+        if not widths:  # no row has a timestamp
+            return stamps, ok
+        lengths = None if len(widths) == 1 and "" not in texts else np.array(list(map(len, texts)))
+        for width in widths:
+            if lengths is None:
+                rows, text = np.arange(n), "".join(texts)
+            else:
+                rows = np.flatnonzero(lengths == width)
+                text = "".join([texts[i] for i in rows.tolist()])
+            shape = _ts_shape(width)
+            if shape is None:
+                ok[rows] = False
+                continue
+            # latin-1 keeps one byte per character; "?" stands for the others (none is valid)
+            raw = text.encode("latin-1", "replace")
+            classes = raw.translate(_TS_CLASSES)
+            if classes != shape * rows.size:
+                good = (
+                    np.frombuffer(classes, np.uint8).reshape(-1, width)
+                    == np.frombuffer(shape, np.uint8)
+                ).all(axis=1)
+                ok[rows[~good]] = False
+                rows = rows[good]
+                raw = np.frombuffer(raw, np.uint8).reshape(-1, width)[good].tobytes()
+                text = raw.decode("ascii")
+                if not rows.size:
+                    continue
+            count = rows.size
+            # "[%F %T" is bytes 1 to 19: as words at 1, 9 and 12
+            words = [np.ndarray((count,), np.uint64, raw, at, (width,)) for at in (1, 9, 12)]
+            change = np.zeros(count, dtype=np.bool_)
+            change[0] = True
+            for word in words:
+                change[1:] |= word[1:] != word[:-1]
+            starts = np.flatnonzero(change)
+            bases = [self._second(text[at + 1 : at + 20]) for at in (starts * width).tolist()]
+            row_stamps = np.repeat(
+                np.array([_NAN if b is None else b for b in bases]),
+                np.diff(np.append(starts, count)),
+            )
+            if width > 22:  # the fraction: bytes 21 to width - 3
+                digits = np.frombuffer(raw, np.uint8).reshape(-1, width)[:, 21:-2]
+                weights = 10.0 ** np.arange(width - 24, -1, -1)
+                value = digits.astype(np.float64) @ weights - ord("0") * weights.sum()
+                row_stamps += value / _POW10[width - 23]
+            stamps[rows] = row_stamps
+        return stamps, ok
+
+
+#: Timestamp bytes by class: digits read "0", the other bytes of "[%F %T.%Nf] " stay, others "x".
+_TS_CLASSES: Final = bytes(
+    ord("0") if 48 <= c <= 57 else c if chr(c) in "[-: .]" else ord("x") for c in range(256)
+)
+
+
+@lru_cache(maxsize=16)
+def _ts_shape(width: int) -> bytes | None:
+    """The class template of a ``[%F %T[.%Nf]] `` prefix of ``width`` characters (None: invalid)."""
+    if width != 22 and not 24 <= width <= 32:
+        return None
+    frac = b"." + b"0" * (width - 23) if width > 22 else b""
+    return b"[0000-00-00 00:00:00" + frac + b"] "
 
 
 class NcclLogAccumulator:

@@ -8,18 +8,31 @@ have been delivered.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 import tempfile
 from pathlib import Path
+from unittest import mock
 
+import numpy as np
 import pytest
-from hypothesis import settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from agent.clock import FakeClock
-from collectors._base import SourceStats
-from collectors.nccl_tail import NcclTail, NcclTailConfig, Tailer
+from agent.simulator.nccl_writer import LoggedCall, job_comm_id, render_nccl_log
+from collectors import nccl_tail
+from collectors._base import CallBatch, SourceStats
+from collectors.nccl_log import FastCall, LiveDecoder
+from collectors.nccl_tail import (
+    NcclTail,
+    NcclTailConfig,
+    Tailer,
+    _File,
+    decode_batch,
+    decode_texts,
+)
 from tests.sources import collect_until
 
 NAMES = ("a", "b")
@@ -220,3 +233,445 @@ def test_the_source_reports_its_line_counts_for_the_metrics(tmp_path: Path) -> N
     assert stats.values["warn_lines"] == 2
     assert stats.values["unparsed_lines"] == 1
     assert stats.values["files"] == 1
+
+
+# -- the bulk path (poll_text + decode_texts) reads exactly what the per-line path reads --------
+
+_HOSTS = [
+    "gpu-node-01:4242:4243 [3] ",
+    "node-b:7:7 [0] ",
+    "h:1:2 [-1] ",
+    "xopCountx:5:5 [1] ",  # "opCount" in the host: the fast path declines the line
+    "xopCountx:007:5 [1] ",  # ... and the full parser writes the pid without its zeros
+    "node-c:0042:1 [2] ",
+    "bad(host):1:1 [0] ",
+    "h:1:1 [0]",  # no blank before "NCCL"
+    "",  # the record lost its prefix
+]
+_LAUNCHERS = ["", "[rank0]:", "0: ", "[1,0]<stdout>:", "(RayTrainWorker pid=12, ip=10.0.0.1) ",
+              "[56] ", "junk opCount ", "x y "]  # fmt: skip
+_PTRS = ["0x7f0000", "(nil)", "0x55AA", "0x7f3b00200000"]
+_TAILS = ["", " stream 0x55bb", " stream (nil)", " stream 0x55bb task 3 globalrank 7",
+          " NCCL INFO x", " opCount 1", " Nope o", " stream 0x1" + " pad" * 300]  # fmt: skip
+_INFOS = ["NCCL INFO Channel 00/02 : 0 1 2 3", "NCCL INFO Using network IB",
+          "NCCL INFO NCCL version 2.28.3+cuda12.8"]  # fmt: skip
+_GLUE = ["", " ", "[default1]:", "x"]
+_ODD_STAMPS = [
+    "1970-01-01 00:00:00",
+    "1970-01-01 00:00:00.",  # no digit after the point: no timestamp
+    "1970-01-01 00:00:00.7",
+    "1970-01-01 00:00:00.123456789",
+    "1970-01-01 00:00:00.1234567891",  # ten digits: cut at nine
+    "2026-12-31 23:59:60.999999",  # a leap second
+    "0000-01-01 00:00:00.5",  # an impossible date
+    "2026-05-05 06:16:47.5 ",
+    "2026-05-05  6:16:47.5",
+    "2026-05-05T06:16:47.5",
+    "2026-05-05 06:16:47,5",
+    "2026-05-05 opCount 16:47",  # a second "opCount": the fast path declines the line
+    "NCCL 2026-05-05 06:16:47",
+]
+_OPS = ["AllReduce", "AllGather", "ReduceScatter", "Broadcast", "Send", "Recv", "AlltoAll",
+        "Gather", "Scatter", "PutSignal", "Signal", "AllToAllPivot", "XopCount", "Foo"]  # fmt: skip
+
+
+@st.composite
+def _stamp(draw: st.DrawFn) -> str:
+    """NCCL's "[%F %T[.%Nf]] " prefix, well-formed or not (N up to 12, impossible dates)."""
+    kind = draw(st.integers(0, 6))
+    if kind == 0:
+        return ""
+    if kind == 6:
+        return f"[{draw(st.sampled_from(_ODD_STAMPS))}] "
+    second = draw(st.integers(0, 60))
+    day = draw(st.sampled_from(["2026-05-05", "2026-02-30", "1970-01-01", "2026-12-31"]))
+    hour = draw(st.sampled_from(["06:16", "00:00"]))  # 1970-01-01 00:00: the fraction shows
+    digits = draw(st.integers(0, 12))
+    frac = "".join(draw(st.lists(st.sampled_from("0123456789"), min_size=digits,
+                                 max_size=digits)))  # fmt: skip
+    # kind 5 without digits: "%T." (no timestamp for NCCL's pattern)
+    text = f"{day} {hour}:{second:02d}" + (f".{frac}" if digits or kind == 5 else "")
+    if kind == 4:  # a character that is not NCCL's
+        at = draw(st.integers(0, len(text) - 1))
+        text = (
+            text[:at]
+            + draw(st.sampled_from(["x", "\x00", "\uff12", "]", " ", "\u00b2"]))
+            + text[at + 1 :]
+        )
+    return f"[{text}] "
+
+
+@st.composite
+def _body(draw: st.DrawFn) -> str:
+    """A message of any NCCL version: COLL (2.3.5 to 2.29, RCCL), Init, WARN, other INFO."""
+    kind = draw(st.integers(0, 9))
+    comm = draw(st.sampled_from(["0x55aa", "0x55ab", "0x9"]))
+    if kind <= 4:
+        op = draw(st.sampled_from(_OPS))
+        count = draw(st.sampled_from([0, 1, 1024, 7382228, 2**40]))
+        opcount = draw(st.sampled_from(["0", "1a", "139d", "FFFF"]))
+        send, recv = draw(st.sampled_from(_PTRS)), draw(st.sampled_from(_PTRS))
+        dtype, redop = draw(st.integers(0, 12)), draw(st.sampled_from([0, -1, 2]))
+        root, nranks = draw(st.integers(0, 3)), draw(st.sampled_from([0, 1, 8, 64]))
+        body = (
+            f"NCCL INFO {op}: opCount {opcount} sendbuff {send} recvbuff {recv} count {count} "
+            f"datatype {dtype} op {redop} root {root} comm {comm} [nranks={nranks}]"
+        )
+        tail = draw(st.sampled_from(_TAILS))
+        if kind == 4:  # cut short, as a launcher or a crash leaves it
+            return (body + tail)[: draw(st.integers(0, len(body) + len(tail)))]
+        return body + tail
+    if kind == 5:  # 2.3.5: no op name, a size in bytes, root only for broadcast/reduce
+        tag = draw(st.sampled_from(["", " root 2"]))
+        return (f"NCCL INFO opCount 1f sendbuff 0x1 recvbuff 0x1 count 1024 size 4096 datatype 7 "
+                f"op 0{tag} comm {comm} [nranks=8] stream 0x2")  # fmt: skip
+    if kind == 6:
+        cid = draw(st.sampled_from(["58cdb93b4894c109", "a1", "ff00"]))
+        return (f"NCCL INFO ncclCommInitRank comm {comm} rank 0 nranks "
+                f"{draw(st.sampled_from([8, 64]))} cudaDev 0 nvmlDev 0 busId 18000 commId 0x{cid} "
+                f"- Init {draw(st.sampled_from(['START', 'COMPLETE']))}")  # fmt: skip
+    if kind == 7:
+        return "misc/socket.cc:484 NCCL WARN socketProgress: Connection closed by peer"
+    if kind == 8:
+        return draw(st.sampled_from(_INFOS))
+    return draw(st.text(max_size=30))
+
+
+@st.composite
+def _line(draw: st.DrawFn) -> str:
+    """One log line (no newline): NCCL records behind launcher tags, glued records, junk."""
+    kind = draw(st.integers(0, 9))
+    if kind <= 5:
+        line = draw(st.sampled_from(_LAUNCHERS)) + draw(_stamp()) + draw(st.sampled_from(_HOSTS))
+        line += draw(_body())
+    elif kind == 6:  # two records glued by a launcher
+        line = draw(_stamp()) + _HOSTS[0] + draw(_body()) + draw(st.sampled_from(_GLUE))
+        line += draw(_stamp()) + draw(st.sampled_from(_HOSTS)) + draw(_body())
+    elif kind == 7:  # what pushes the bulk pattern's loose loops across a line end
+        line = draw(st.sampled_from(["", "nospaces", "[", "[no close", "a b", "x NCCL INFO y"]))
+    else:
+        line = (
+            draw(st.text(max_size=60))
+            if kind == 8
+            else draw(st.binary(max_size=40)).decode("utf-8", errors="replace")
+        )
+    line = line.replace("\n", " ")
+    return line + draw(st.sampled_from(["", "", "", "\r"]))
+
+
+def _bulk_decoder(join: int = 1 << 18, caches: tuple[int, int] | None = None) -> LiveDecoder:
+    """A decoder that takes even the smallest text through the bulk pattern (and, with
+    ``caches`` = (line pieces, call kinds), forgets what it caches all the time)."""
+    decoder = LiveDecoder()
+    decoder.SMALL_CHARS = 0
+    decoder.JOIN_CHARS = join
+    if caches is not None:
+        decoder.MAX_PAIRS, decoder.MAX_KINDS = caches
+    return decoder
+
+
+def _line_by_line(decoder: LiveDecoder, lines: list[str]) -> list[FastCall]:
+    """The calls of decode_batch's per-line loop: fast path, else the full decode."""
+    calls: list[FastCall] = []
+    for line in lines:
+        call = decoder.fast(line)
+        if call is not None:
+            calls.append(call)
+        elif "NCCL " in line or "opCount " in line:
+            calls.extend((c.timestamp_s, c.op, c.s_bytes, c.nranks or 0, c.comm, c.process)
+                         for c in decoder.decode(line))  # fmt: skip
+    return calls
+
+
+def _in_chunks(decoder: LiveDecoder, texts: list[str]) -> list[FastCall]:
+    """The calls of decode_chunks, as the per-line path gives them (NaN stamp: None)."""
+    stamps, kinds = decoder.decode_chunks(texts)
+    return [(None if np.isnan(stamp) else stamp, *decoder.kind(kind))
+            for stamp, kind in zip(stamps.tolist(), kinds.tolist(), strict=True)]  # fmt: skip
+
+
+def _tail_source() -> NcclTail:
+    return NcclTail(NcclTailConfig(enabled=True, paths=("x",)), clock=FakeClock())
+
+
+def _assert_same_batch(new: CallBatch | None, old: CallBatch | None) -> None:
+    assert (new is None) == (old is None)
+    if new is None or old is None:
+        return
+    np.testing.assert_array_equal(new.times, old.times)  # the same doubles, NaN where NaN
+    np.testing.assert_array_equal(new.s_bytes, old.s_bytes)
+    assert new.times.dtype == old.times.dtype
+    assert new.s_bytes.dtype == old.s_bytes.dtype
+    assert list(new.ops.items()) == list(old.ops.items())
+    assert (new.nranks, new.processes, new.comm_id) == (old.nranks, old.processes, old.comm_id)
+
+
+def _assert_same_decoders(new: LiveDecoder, old: LiveDecoder) -> None:
+    assert (new.warn_lines, new.unparsed_lines) == (old.warn_lines, old.unparsed_lines)
+    assert new._comm_ids == old._comm_ids
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    batches=st.lists(st.lists(_line(), max_size=25), min_size=1, max_size=4),
+    cuts=st.lists(st.integers(0, 25), max_size=4),
+    join=st.sampled_from([0, 300, 1 << 18]),
+    caches=st.sampled_from([None, (3, 2), (60, 2)]),
+)
+def test_bulk_decoding_equals_the_per_line_path(
+    batches: list[list[str]], cuts: list[int], join: int, caches: tuple[int, int] | None
+) -> None:
+    """decode_texts over chunks of lines gives the batch decode_batch gives line by line:
+    the same call times (lag state carried across batches), sizes, op totals, nranks,
+    processes and job comm id, and the same WARN/unparsed counts and comm ids; underneath,
+    decode_chunks gives the same calls as the per-line loop, NCCL timestamps bit for bit."""
+    old_decoder, new_decoder = LiveDecoder(), _bulk_decoder(join, caches)
+    old_calls, new_calls = LiveDecoder(), _bulk_decoder(join, caches)
+    old_source, new_source = _tail_source(), _tail_source()
+    for k, lines in enumerate(batches):
+        arrival = 1.78e9 + 0.25 * k
+        bounds = sorted({0, len(lines), *(c for c in cuts if c < len(lines))})
+        texts = ["".join(f"{ln}\n" for ln in lines[a:b]) for a, b in itertools.pairwise(bounds)]
+        assert _in_chunks(new_calls, texts) == _line_by_line(old_calls, lines)
+        _assert_same_decoders(new_calls, old_calls)
+        old = decode_batch(old_decoder, lines, arrival, old_source._time)
+        new = decode_texts(new_decoder, texts, arrival, new_source._times)
+        _assert_same_batch(new, old)
+        _assert_same_decoders(new_decoder, old_decoder)
+        assert new_source._lag == old_source._lag
+
+
+def test_bulk_decoding_of_a_simulated_job_equals_the_per_line_path() -> None:
+    calls = [LoggedCall(time_s=1.0 + i * 1e-3, op=("AllReduce", "AllGather", "Broadcast")[i % 3],
+                        count=1 << (10 + i % 9), datatype=9, local_rank=i % 8)
+             for i in range(3000)]  # fmt: skip
+    lines = list(render_nccl_log(calls, hostname="node-a", nranks=16, first_rank=0,
+                                 local_ranks=8, start_time_s=0.5, seed=3))  # fmt: skip
+    text = "".join(f"{ln}\n" for ln in lines)
+    old_source, new_source = _tail_source(), _tail_source()
+    old = decode_batch(LiveDecoder(), lines, 5.0, old_source._time)
+    cut = text.index("\n", 40_000) + 1  # default thresholds: both chunks go in bulk
+    new = decode_texts(LiveDecoder(), [text[:cut], text[cut:]], 5.0, new_source._times)
+    _assert_same_batch(new, old)
+    assert new is not None
+    assert new.times.size == 3000
+    assert new.comm_id == f"{job_comm_id(3):x}"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        # a line without blanks ahead of a COLL line without timestamp: "[^ ]+" runs on
+        "nospaces\nh:1:1 [0] NCCL INFO AllReduce: opCount 1 sendbuff 0x1 recvbuff 0x1 count 4 "
+        "datatype 7 op 0 root 0 comm 0x9 [nranks=2] stream 0x2\n",
+        # "[" without "]": the loose timestamp runs into the next line's
+        "[x\n[2026-05-05 06:16:47.5] h:1:1 [0] NCCL INFO AllReduce: opCount 1 sendbuff 0x1 "
+        "recvbuff 0x1 count 4 datatype 7 op 0 root 0 comm 0x9 [nranks=2] stream 0x2\n",
+        # a NUL inside the timestamp, and one after the record
+        "[2026-05-05 06:16:47.5\x00] h:1:1 [0] NCCL INFO AllReduce: opCount 1 sendbuff 0x1 "
+        "recvbuff 0x1 count 4 datatype 7 op 0 root 0 comm 0x9 [nranks=2] stream 0x2\n"
+        "[2026-05-05 06:16:47.5] h:1:1 [0] NCCL INFO AllReduce: opCount 1 sendbuff 0x1 "
+        "recvbuff 0x1 count 4 datatype 7 op 0 root 0 comm 0x9 [nranks=2] stream 0x2\x00\n",
+        # ten fraction digits: the per-line path cuts them at nine
+        "[2026-05-05 06:16:47.1234567891] h:1:1 [0] NCCL INFO AllReduce: opCount 1 sendbuff "
+        "0x1 recvbuff 0x1 count 4 datatype 7 op 0 root 0 comm 0x9 [nranks=2] stream 0x2\n",
+    ],
+)
+def test_bulk_decoding_of_lines_the_loose_pattern_misreads(text: str) -> None:
+    old_source, new_source = _tail_source(), _tail_source()
+    old = decode_batch(LiveDecoder(), text.split("\n")[:-1], 7.0, old_source._time)
+    new = decode_texts(_bulk_decoder(), [text], 7.0, new_source._times)
+    _assert_same_batch(new, old)
+    assert old is not None
+    assert old.times.size >= 1
+
+
+def test_bulk_decoding_of_every_line_form_equals_the_per_line_path() -> None:
+    """Every launcher tag, timestamp form, host, message and tail against each other."""
+    stamps = ["", "[2026-05-05 06:16:47] ", "[2026-05-05 06:16:47.123456] ",
+              *(f"[{text}] " for text in _ODD_STAMPS)]  # fmt: skip
+    bodies = [f"NCCL INFO {op}: opCount 1a sendbuff {ptr} recvbuff 0x7f0000 count 1024 datatype "
+              f"{dtype} op 0 root 1 comm 0x55aa [nranks=8]"
+              for op, ptr, dtype in [("AllGather", "0x7f0000", 9), ("Send", "(nil)", 99),
+                                     ("XopCount", "0x55AA", 7)]]  # fmt: skip
+    lines = [
+        launcher + stamp + host + body + tail
+        for launcher in _LAUNCHERS
+        for stamp in stamps
+        for host in _HOSTS
+        for body in bodies
+        for tail in _TAILS
+    ]
+    lines += [stamps[2] + _HOSTS[0] + "NCCL INFO ncclCommInitRank comm 0x55aa rank 0 nranks 8 "
+              "commId 0xff00 - Init COMPLETE", "", "x"]  # fmt: skip
+    texts = ["".join(f"{ln}\n" for ln in lines[k : k + 97]) for k in range(0, len(lines), 97)]
+    new_decoder, old_decoder = _bulk_decoder(), LiveDecoder()
+    assert _in_chunks(new_decoder, texts) == _line_by_line(old_decoder, lines)
+    _assert_same_decoders(new_decoder, old_decoder)
+
+
+def test_call_kinds_forgotten_between_batches_are_not_reused() -> None:
+    """Past MAX_KINDS the kinds restart from 0: no cached line piece may keep an old id."""
+    rest = (
+        ": opCount 1 sendbuff 0x1 recvbuff 0x1 count 4 datatype 7 op 0 root 0 comm 0x9 [nranks=2]"
+    )
+    lines = [f"h:1:1 [0] NCCL INFO {op}{rest}" for op in ("Send", "Recv", "AllReduce")]
+    new_decoder, old_decoder = _bulk_decoder(caches=(100, 2)), LiveDecoder()
+    for batch in (lines, lines[::-1], lines[1:]):
+        texts = ["".join(f"{ln}\n" for ln in batch)]
+        assert _in_chunks(new_decoder, texts) == _line_by_line(old_decoder, batch)
+
+
+def test_bulk_timestamps_are_the_per_line_doubles() -> None:
+    """Near the epoch a timestamp is its fraction alone: any other rounding would show."""
+    rng = np.random.default_rng(7)
+    fracs = [str(int(x)).zfill(d) for d in range(1, 10) for x in rng.integers(0, 10**d, 300)]
+    body = "h:1:1 [0] NCCL INFO AllReduce: opCount 1 sendbuff 0x1 recvbuff 0x1 count 4 datatype 7 "
+    body += "op 0 root 0 comm 0x9 [nranks=2] stream 0x2"
+    lines = [f"[1970-01-01 00:00:{k % 3:02d}.{frac}] {body}" for k, frac in enumerate(fracs)]
+    texts = ["".join(f"{ln}\n" for ln in lines[k : k + 500]) for k in range(0, len(lines), 500)]
+    assert _in_chunks(_bulk_decoder(), texts) == _line_by_line(LiveDecoder(), lines)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.one_of(st.none(), st.floats(-1e10, 1e10)), max_size=30),
+    st.lists(st.floats(0.0, 1e6), min_size=1, max_size=3),
+    st.one_of(st.none(), st.floats(-1e10, 1e10)),
+)
+def test_placing_many_stamps_at_once_equals_one_at_a_time(
+    stamps: list[float | None], arrivals: list[float], lag: float | None
+) -> None:
+    old, new = _tail_source(), _tail_source()
+    old._lag = new._lag = lag
+    for arrival in arrivals:
+        one = [old._time(s, arrival) for s in stamps]
+        many = new._times(np.array([np.nan if s is None else s for s in stamps]), arrival)
+        np.testing.assert_array_equal(many, np.array(one, dtype=np.float64))
+        assert new._lag == old._lag
+
+
+_LONG = st.builds(lambda n, c: c * n, st.integers(120, 900), st.sampled_from(["y", "\u00e9"]))
+_JUNK = [b"\xff", b"\xe2\x82", b"\r"]  # bytes that are not UTF-8, a cut sequence, a lone CR
+
+
+class _LineTailer(Tailer):
+    """The tailer as it read before the bulk path (one list of lines per read), as a reference."""
+
+    def _read(self, f: _File) -> list[str]:
+        try:
+            data = os.pread(f.fd, nccl_tail.READ_CHUNK, f.offset)
+        except OSError:
+            return []
+        if not data:
+            return []
+        if len(f.head) < nccl_tail.FINGERPRINT_BYTES and f.offset < nccl_tail.FINGERPRINT_BYTES:
+            f.head = (f.head + data[: nccl_tail.FINGERPRINT_BYTES - f.offset])[
+                : nccl_tail.FINGERPRINT_BYTES
+            ]
+        f.offset += len(data)
+        last = data.rfind(b"\n")
+        if last < 0:
+            if not f.skipping:
+                f.partial += data
+                if len(f.partial) > self._max:
+                    self.stats.overlong_lines += 1
+                    f.partial.clear()
+                    f.skipping = True
+            return []
+        head, tail = data[: last + 1], data[last + 1 :]
+        if f.skipping:
+            head = head[head.find(b"\n") + 1 :]
+            f.skipping = False
+        elif f.partial:
+            head = bytes(f.partial) + head
+            f.partial.clear()
+        lines = head.decode("utf-8", errors="replace").split("\n")
+        lines.pop()
+        if any(len(line) > self._max for line in lines):
+            kept = [line for line in lines if len(line) <= self._max]
+            self.stats.overlong_lines += len(lines) - len(kept)
+            lines = kept
+        lines = [line[:-1] if line.endswith("\r") else line for line in lines]
+        f.partial += tail
+        if len(f.partial) > self._max:
+            self.stats.overlong_lines += 1
+            f.partial.clear()
+            f.skipping = True
+        self.stats.lines += len(lines)
+        return ["".join(f"{line}\n" for line in lines)] if lines else []
+
+
+@pytest.mark.parametrize("max_line", [256, 257, 1000])
+def test_the_overlong_check_sees_a_line_at_every_offset(max_line: int) -> None:
+    tail = Tailer((), max_line_bytes=max_line)
+    for at in range(max_line + 3):
+        raw = bytearray(b"a" * at + b"\n" + b"y" * (max_line + 1) + b"\nz\n")
+        assert tail._may_be_overlong(raw, 0, len(raw))
+        assert tail._may_be_overlong(raw, at % 7, len(raw))
+
+
+@pytest.mark.parametrize("max_line", [256, 257, 1000])
+def test_an_overlong_line_is_found_wherever_it_sits_in_a_read(
+    tmp_path: Path, max_line: int
+) -> None:
+    """The cheap over-long check looks at aligned blocks: no offset may slip past it."""
+    path = tmp_path / "x.log"
+    data = "".join(
+        f"{'a' * at}\n{'y' * (max_line + 1)}\n{'z' * max_line}\nok\n" for at in range(80)
+    )
+    path.write_text(data)
+    old_tail = _LineTailer((str(path),), read_from="beginning", max_line_bytes=max_line)
+    new_tail = Tailer((str(path),), read_from="beginning", max_line_bytes=max_line)
+    old_lines = [line for _, line in old_tail.poll()]
+    assert [line for _, line in new_tail.poll()] == old_lines
+    assert new_tail.stats == old_tail.stats
+    assert new_tail.stats.overlong_lines == 80
+    old_tail.close()
+    new_tail.close()
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    lines=st.lists(st.one_of(_line(), _LONG, st.just("\udcff")), max_size=40),
+    junk=st.lists(st.tuples(st.integers(0, 10_000), st.sampled_from(_JUNK)), max_size=4),
+    pieces=st.lists(st.integers(1, 700), min_size=1, max_size=12),
+    chunk=st.integers(16, 1500),
+    max_line=st.integers(256, 420),
+)
+def test_tailing_in_bulk_equals_tailing_line_by_line(
+    lines: list[str], junk: list[tuple[int, bytes]], pieces: list[int], chunk: int, max_line: int
+) -> None:
+    """The same bytes, appended in random pieces (splitting lines and UTF-8 sequences) and
+    read in random chunk sizes with over-long lines, give the same lines and counts through
+    poll_text as through the line-by-line reader, and the same batches through decode_texts."""
+    data = bytearray("".join(f"{ln}\n" for ln in lines).encode("utf-8", errors="surrogateescape"))
+    for at, extra in junk:
+        data[at % (len(data) + 1) : at % (len(data) + 1)] = extra
+    with tempfile.TemporaryDirectory() as tmp, mock.patch.object(nccl_tail, "READ_CHUNK", chunk):
+        path = Path(tmp) / "nccl.log"
+        path.write_bytes(b"")
+        old_tail = _LineTailer((str(path),), read_from="beginning", max_line_bytes=max_line)
+        new_tail = Tailer((str(path),), read_from="beginning", max_line_bytes=max_line)
+        old_decoder, new_decoder = LiveDecoder(), _bulk_decoder()
+        old_calls, new_calls = LiveDecoder(), _bulk_decoder()
+        old_source, new_source = _tail_source(), _tail_source()
+        at, k = 0, 0
+        while at < len(data) or k < len(pieces) + 2:
+            size = pieces[k % len(pieces)]
+            with path.open("ab") as fh:
+                fh.write(data[at : at + size])
+            at, k = at + size, k + 1
+            old_lines = [line for _, line in old_tail.poll()]
+            texts = [text for _, text in new_tail.poll_text()]
+            assert [ln for text in texts for ln in text.split("\n")[:-1]] == old_lines
+            assert all(text.endswith("\n") for text in texts)
+            assert new_tail.stats == old_tail.stats
+            assert _in_chunks(new_calls, texts) == _line_by_line(old_calls, old_lines)
+            arrival = 10.0 + k
+            old = decode_batch(old_decoder, old_lines, arrival, old_source._time)
+            new = decode_texts(new_decoder, texts, arrival, new_source._times)
+            _assert_same_batch(new, old)
+            _assert_same_decoders(new_decoder, old_decoder)
+        old_tail.close()
+        new_tail.close()

@@ -5,7 +5,7 @@ Used by test_nic_netns.py and test_capture_netns.py as
 /sys, so both the netlink and the sysfs reader see the namespace's own interfaces). With
 ``--include`` it runs the NIC counter source; with ``--capture IF`` live packet capture, and
 then also the kernel's own byte counters of IF over the capture's lifetime. Prints one JSON
-object on stdout.
+object on stdout; with ``--capture`` it first writes ``ready`` on stderr once capturing.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import sys
 from pathlib import Path
 
 from agent.clock import MonotonicClock
@@ -63,6 +64,7 @@ async def _run(args: argparse.Namespace) -> dict[str, object]:
         while source.worker is None:
             await asyncio.sleep(0.01)
         kernel["start"] = _kernel_bytes(args.capture)
+        print("ready", file=sys.stderr, flush=True)  # the test starts its traffic now
         await asyncio.sleep(args.seconds - 0.5)
         kernel["end"] = _kernel_bytes(args.capture)
         pipeline.stop()

@@ -24,7 +24,7 @@ PERIOD = 0.5
 DUTY = 0.3
 TRAIN_S = 12.0
 PROBE_S = 16.0
-ESTIMATE_AT = 10.0  # while the train runs (it started before the probes were up)
+ESTIMATE_AT = 10.0  # while the train runs (it starts once both probes capture)
 ROCE_DATA, ROCE_QP, CNPS, CNP_QP = 120, 0x11, 30, 0x22
 
 
@@ -40,6 +40,15 @@ def _probe(ns: str, interface: str, *extra: str) -> subprocess.Popen[str]:
     )  # fmt: skip
 
 
+def _wait_ready(proc: subprocess.Popen[str]) -> None:
+    """Block until the probe captures (its kernel counters are read before any traffic)."""
+    assert proc.stderr is not None
+    for line in proc.stderr:
+        if line.strip() == "ready":
+            return
+    raise AssertionError(f"the probe ended before capturing: rc={proc.wait()}")
+
+
 def _send(ns: str, module: str, *args: str) -> None:
     done = subprocess.run(
         ["ip", "netns", "exec", ns, sys.executable, "-m", module, *args],
@@ -52,6 +61,8 @@ def _send(ns: str, module: str, *args: str) -> None:
 def test_capture_recovers_the_burst_train_and_counts_every_frame(veth_pair: Link) -> None:
     rx = _probe(veth_pair.receiver_ns, veth_pair.receiver_if)
     tx = _probe(veth_pair.sender_ns, veth_pair.sender_if, "--sample-every", "4")
+    _wait_ready(rx)
+    _wait_ready(tx)
     _send(
         veth_pair.sender_ns, "tests.integration.burst_sender",
         veth_pair.receiver_ip, "9", str(PERIOD), str(DUTY), str(TRAIN_S),
@@ -77,11 +88,13 @@ def test_capture_recovers_the_burst_train_and_counts_every_frame(veth_pair: Link
     assert est["burst_bandwidth_bytes_per_s"] == pytest.approx(RATE_BYTES, rel=0.10), est
     assert est["duty_cycle"] == pytest.approx(DUTY, abs=0.05), est
     assert est["regime"] == "training"
-    # Every byte the kernel counted on the interface, and exactly the RoCE frames sent.
+    # Every byte the kernel counted on the interface while capturing (no traffic flows at
+    # either end of that span), and exactly the RoCE frames sent.
     stats = r["stats"]["packet_capture"]
     assert stats["kernel_dropped_packets"] == 0, stats
     device = next(d for d in r["devices"] if d["device"] == veth_pair.receiver_if)
-    assert device["rx_bytes"] == pytest.approx(r["kernel"]["rx"], rel=1e-3), (device, r["kernel"])
+    # (a stray IPv6 neighbour packet at the very edge of the span may differ: 1.5 kB of slack)
+    assert device["rx_bytes"] == pytest.approx(r["kernel"]["rx"], abs=1500), (device, r["kernel"])
     assert stats["roce_packets"] == ROCE_DATA + CNPS, stats
     assert stats["cnp_packets"] == CNPS, stats
     assert stats["queue_pairs"] == 2, stats

@@ -646,8 +646,13 @@ class _Worker:
         assert best is not None
         return best[1]
 
-    def drain(self) -> None:
-        """Take every ready block of every ring."""
+    def drain(self) -> float:
+        """Take every ready block of every ring; returns the time it began.
+
+        Bins may be closed up to that time (less the hand-over delay), never up to a later
+        one: frames that arrive while this thread is descheduled after the drain are still in
+        the ring, and a bin closed over them would get them late, lumped into one bin.
+        """
         now = self._clock.now()
         for name, ring in list(self.rings.items()):
             while (off := ring.ready_block()) is not None:
@@ -661,6 +666,7 @@ class _Worker:
                 self.binner.add(name, mono, frames.length, frames.outgoing)
                 self.tally.add(name, ring.map, frames, ring.link_type, now)
                 ring.release(off)
+        return now
 
     def _check_errors(self, bad_fds: set[int]) -> list[Reading]:
         out: list[Reading] = []
@@ -712,7 +718,7 @@ class _Worker:
         return out
 
     def close_bins(self, now: float) -> list[CounterReading]:
-        """Readings of the bins surely complete at ``now``; packet totals ride on the last."""
+        """Readings of the bins complete when a drain began at ``now`` (totals on the last)."""
         readings = self.binner.close_until(now - self._delay_s)
         if readings and self._counters_due:
             self._counters_due = False
@@ -762,19 +768,18 @@ class _Worker:
                 registered = fds
                 events = poller.poll(50)
                 bad = {fd for fd, ev in events if ev & (select.POLLERR | select.POLLNVAL)}
-                self.drain()
+                drained = self.drain()
                 if bad:
                     self._batch.extend(self._check_errors(bad))
+                self._batch.extend(self.close_bins(drained))
                 now = self._clock.now()
-                self._batch.extend(self.close_bins(now))
                 if now >= next_slow:
                     next_slow = now + SLOW_INTERVAL_S
                     self._batch.extend(self._slow(now))
                 if now >= next_flush:
                     next_flush = now + HANDOVER_S
                     self._flush()
-            self.drain()
-            self._batch.extend(self.close_bins(self._clock.now()))
+            self._batch.extend(self.close_bins(self.drain()))
             self._batch.append(SourceStats(self._clock.now(), self.stats()))
             self._flush()
         finally:

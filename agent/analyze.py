@@ -415,6 +415,9 @@ def _capture_summary(captures: list[Capture], grids: dict[Direction, GridSeries]
         "roce_qps": sum(c.stats.roce_qps for c in captures),
         "cnp_packets": sum(c.stats.cnp_packets for c in captures),
         "cnp_rate_per_s": (sum(c.stats.cnp_packets for c in captures) / span if span > 0 else None),
+        "roce_acks": sum(c.stats.roce_acks for c in captures),
+        "roce_naks": sum(c.stats.roce_naks for c in captures),
+        "roce_seq_naks": sum(c.stats.roce_seq_naks for c in captures),
         "truncated_files": [str(i) for i, c in enumerate(captures) if c.stats.truncated],
         "bin_s": grids["tx"].dt,
     }

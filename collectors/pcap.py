@@ -19,7 +19,11 @@ Rules that matter (``shared/DESIGN.md``, pcap row):
 * Bytes are counted by the frame's ORIGINAL length, never the captured length: captures are
   usually cut at a small snaplen, and host captures hold TSO/GRO frames far above the MTU.
 * RoCEv2 is UDP destination port 4791 followed by a 12-byte Base Transport Header (BTH); a CNP
-  is BTH opcode 0x81.
+  is BTH opcode 0x81. An RC ACKNOWLEDGE (opcode 0x11) or RC ATOMIC ACKNOWLEDGE (0x12) carries a
+  4-byte ACK Extended Transport Header (AETH) right after the BTH, whose first byte, the
+  syndrome, tells an ACK (bits 7..5 = 000), an RNR NAK (001) and a NAK (011, the low 5 bits
+  the NAK code: 0 is a PSN sequence error, i.e. a loss the requester retransmits for). An AETH
+  cut by the snaplen leaves the frame a RoCE frame, with no syndrome.
 * Up to two VLAN tags (802.1Q 0x8100, QinQ 0x88a8 / 0x9100), IPv4 (with options) and IPv6 (with
   hop-by-hop, routing, fragment, destination-options and AH extension headers).
 
@@ -82,6 +86,12 @@ LINKTYPE_LINUX_SLL2 = 276
 
 ROCEV2_UDP_PORT = 4791
 CNP_OPCODE = 0x81
+# RC ACKNOWLEDGE and RC ATOMIC ACKNOWLEDGE: a 4-byte AETH follows their BTH (IBTA vol. 1).
+_ACK_OPCODES = frozenset((0x11, 0x12))
+_AETH_ACK = 0  # syndrome bits 7..5
+_AETH_RNR_NAK = 1
+_AETH_NAK = 3
+_AETH_SEQ_NAK = 0x60  # NAK, code 0: PSN sequence error
 
 # libpcap's largest snapshot length for almost every link type (MAXIMUM_SNAPLEN).
 MAX_CAPLEN = 262_144
@@ -130,7 +140,7 @@ _I64_MAX = (1 << 63) - 1
 
 _Buf: TypeAlias = bytes | bytearray | memoryview | mmap.mmap
 # dst MAC, src MAC, ethertype, vlan, ip version, src ip, dst ip, proto, sport, dport, roce,
-# BTH opcode, dest QP, PSN.  IP addresses stay raw bytes on the hot path.
+# BTH opcode, dest QP, PSN, AETH syndrome.  IP addresses stay raw bytes on the hot path.
 _Decoded: TypeAlias = tuple[
     bytes,
     bytes,
@@ -143,6 +153,7 @@ _Decoded: TypeAlias = tuple[
     int | None,
     int | None,
     bool,
+    int | None,
     int | None,
     int | None,
     int | None,
@@ -169,6 +180,10 @@ class FrameInfo:
         dest_qp: BTH destination queue pair (24 bits), or None.
         psn: BTH packet sequence number (24 bits), or None.
         cnp: RoCEv2 congestion notification packet (BTH opcode 0x81).
+        aeth_syndrome: The AETH syndrome byte (bits 7..5: 000 ACK, 001 RNR NAK, 011 NAK with
+            the NAK code in bits 4..0, 010 reserved) of an RC ACKNOWLEDGE or RC ATOMIC
+            ACKNOWLEDGE (BTH opcode 0x11 / 0x12); None for any other frame, and when the
+            4-byte AETH is not all within the captured bytes.
     """
 
     src_mac: bytes
@@ -186,6 +201,7 @@ class FrameInfo:
     dest_qp: int | None
     psn: int | None
     cnp: bool
+    aeth_syndrome: int | None = None
 
 
 @dataclass(frozen=True)
@@ -212,6 +228,14 @@ class CaptureStats:
         local_mac: The MAC seen in the most frames (as source or unicast destination): the
             capturing host. None when no frame carries a MAC.
         warnings: Human-readable notes on anything unusual (truncation, odd records).
+        roce_acks: RoCEv2 ACKs: RC ACKNOWLEDGE / ATOMIC ACKNOWLEDGE frames (BTH opcode 0x11 /
+            0x12) whose captured AETH syndrome is an ACK (bits 7..5 = 000).
+        roce_naks: RoCEv2 negative acknowledgements: AETH syndrome NAK (011, any NAK code) or
+            RNR NAK (001), as ``roce_acks``. Frames whose AETH the snaplen cut count in
+            neither (nor does the reserved class 010).
+        roce_seq_naks: The NAKs of ``roce_naks`` with NAK code 0, PSN sequence error
+            (syndrome 0x60): the responder saw a gap in the PSNs, i.e. a packet was lost and
+            the requester goes back and retransmits.
     """
 
     packets: int
@@ -229,6 +253,9 @@ class CaptureStats:
     link_type: int
     local_mac: str | None
     warnings: tuple[str, ...] = ()
+    roce_acks: int = 0
+    roce_naks: int = 0
+    roce_seq_naks: int = 0
 
 
 @dataclass(frozen=True)
@@ -345,10 +372,14 @@ def _decode(buf: _Buf, off: int, end: int, link_type: int) -> _Decoded | None:
             else:
                 break
     else:
-        return (dst, src, et, vlan, None, None, None, None, None, None, False, None, None, None)
+        return (
+            dst, src, et, vlan, None, None, None, None, None, None, False, None, None, None, None,
+        )  # fmt: skip
 
     if proto not in (_IPPROTO_TCP, _IPPROTO_UDP) or not first_fragment:
-        return (dst, src, et, vlan, ipver, sip, dip, proto, None, None, False, None, None, None)
+        return (
+            dst, src, et, vlan, ipver, sip, dip, proto, None, None, False, None, None, None, None,
+        )  # fmt: skip
     if end - l4 < 4:
         return None
     sport, dport = _PORTS.unpack_from(buf, l4)
@@ -357,11 +388,15 @@ def _decode(buf: _Buf, off: int, end: int, link_type: int) -> _Decoded | None:
         if end - bth < 12:
             return None
         opcode, qp_word, psn_word = _BTH.unpack_from(buf, bth)
+        # The AETH (4 bytes) follows the BTH of an ACK; cut by the snaplen: no syndrome.
+        syndrome = buf[bth + 12] if opcode in _ACK_OPCODES and end - bth >= 16 else None
         return (
             dst, src, et, vlan, ipver, sip, dip, proto, sport, dport,
-            True, opcode, qp_word & 0xFFFFFF, psn_word & 0xFFFFFF,
+            True, opcode, qp_word & 0xFFFFFF, psn_word & 0xFFFFFF, syndrome,
         )  # fmt: skip
-    return (dst, src, et, vlan, ipver, sip, dip, proto, sport, dport, False, None, None, None)
+    return (
+        dst, src, et, vlan, ipver, sip, dip, proto, sport, dport, False, None, None, None, None,
+    )  # fmt: skip
 
 
 def _ip_text(addr: bytes | None) -> str | None:
@@ -391,7 +426,7 @@ def decode_frame(buf: bytes | bytearray | memoryview, link_type: int = 1) -> Fra
         return None
     if r is None:
         return None
-    dst, src, et, vlan, ipver, sip, dip, proto, sport, dport, roce, opc, dqp, psn = r
+    dst, src, et, vlan, ipver, sip, dip, proto, sport, dport, roce, opc, dqp, psn, syn = r
     return FrameInfo(
         src_mac=src,
         dst_mac=dst,
@@ -408,6 +443,7 @@ def decode_frame(buf: bytes | bytearray | memoryview, link_type: int = 1) -> Fra
         dest_qp=dqp,
         psn=psn,
         cnp=opc == CNP_OPCODE,
+        aeth_syndrome=syn,
     )
 
 
@@ -418,7 +454,7 @@ def decode_frame(buf: bytes | bytearray | memoryview, link_type: int = 1) -> Fra
 _CHUNK = 1 << 16
 _MASK48 = (1 << 48) - 1
 # How far past a frame's start the decoder reads: SLL2 (20) + two tags (8) + IPv4 with
-# options (60) + UDP (8) + the 8 BTH bytes read = 104.
+# options (60) + UDP (8) + the 8 BTH bytes read = 104; the AETH syndrome: byte 108.
 _HDR_REACH = 128
 # Up to this many bytes at a buffer's end are copied rather than decoded in two passes.
 _TAIL_COPY = 1 << 22
@@ -459,6 +495,9 @@ class FrameColumns:
         cnp: bool, a RoCEv2 CNP (BTH opcode 0x81).
         bth_opcode: int16, BTH opcode; -1 where not ``roce``.
         dest_qp: int32, BTH destination QP (24 bits); -1 where not ``roce``.
+        aeth_syndrome: int16, the AETH syndrome byte (0-255) of a ``roce`` frame with BTH
+            opcode 0x11 or 0x12 whose 4-byte AETH is within the captured bytes; -1 elsewhere
+            (see :attr:`FrameInfo.aeth_syndrome`).
         src_mac: uint64, the source MAC as a 48-bit number (first byte most significant);
             0 where ``has_src_mac`` is False.
         dst_mac: uint64, the destination MAC, as ``src_mac``.
@@ -493,6 +532,7 @@ class FrameColumns:
     cnp: _Bool
     bth_opcode: npt.NDArray[np.int16]
     dest_qp: npt.NDArray[np.int32]
+    aeth_syndrome: npt.NDArray[np.int16]
     src_mac: _U64
     dst_mac: _U64
     has_src_mac: _Bool
@@ -579,6 +619,7 @@ def _empty_columns(n: int) -> dict[str, np.ndarray]:
         "cnp": np.zeros(n, dtype=bool),
         "bth_opcode": np.full(n, -1, dtype=np.int16),
         "dest_qp": np.full(n, -1, dtype=np.int32),
+        "aeth_syndrome": np.full(n, -1, dtype=np.int16),
         "src_mac": np.zeros(n, dtype=np.uint64),
         "dst_mac": np.zeros(n, dtype=np.uint64),
         "has_src_mac": np.zeros(n, dtype=bool),
@@ -603,7 +644,7 @@ def _fill_scalar(cols: dict[str, np.ndarray], i: int, r: _Decoded | None) -> Non
         cols["ethertype"][i] = 0
         cols["vlan"][i] = -1
         return
-    _dst, _src, et, vlan, ipver, sip, dip, proto, sport, dport, roce, opc, dqp, _psn = r
+    _dst, _src, et, vlan, ipver, sip, dip, proto, sport, dport, roce, opc, dqp, _psn, syn = r
     cols["decoded"][i] = True
     cols["ethertype"][i] = et
     cols["vlan"][i] = -1 if vlan is None else vlan
@@ -632,6 +673,7 @@ def _fill_scalar(cols: dict[str, np.ndarray], i: int, r: _Decoded | None) -> Non
         cols["cnp"][i] = opc == CNP_OPCODE
         cols["bth_opcode"][i] = opc
         cols["dest_qp"][i] = dqp
+        cols["aeth_syndrome"][i] = -1 if syn is None else syn
         cols["qp_key"][i] = (ipver << 56 | dqp, d_hi, d_lo)
 
 
@@ -815,6 +857,13 @@ def _decode_rows(
     cols["bth_opcode"] = np.where(roce, opcode.astype(np.int16), np.int16(-1))
     dest_qp = bth & np.uint64(0xFFFFFF)
     cols["dest_qp"] = np.where(roce, dest_qp.astype(np.int32), np.int32(-1))
+    # AETH syndrome: one byte read, only for ACKs (0x11 / 0x12) whose AETH was captured.
+    acks = np.flatnonzero(roce & ((opcode - np.uint64(0x11)) < np.uint64(2)))
+    if acks.size:
+        aeth = l4[acks] + 20  # UDP (8) + BTH (12)
+        whole = c[acks] - aeth >= 4
+        acks, aeth = acks[whole], aeth[whole]
+        cols["aeth_syndrome"][acks] = g.u8(o[acks] + aeth).astype(np.int16)
 
     # Keys (word matrices here; FrameColumns views them as fixed-width bytes).
     a3 = g.be64_some(q + 24, ip6)
@@ -1452,6 +1501,9 @@ class _Totals:
     skipped: int = 0
     roce: int = 0
     cnp: int = 0
+    acks: int = 0
+    naks: int = 0
+    seq_naks: int = 0
     tcp_bytes: int = 0
     udp_bytes: int = 0
     flows: list[_U64] = field(default_factory=list)
@@ -1502,6 +1554,12 @@ def _analyse(buf: _Buf, chunks: Iterable[_Chunk], meta: _Meta) -> Capture:
         tot.skipped += int(origs.size - np.count_nonzero(cols["decoded"]))
         tot.roce += int(np.count_nonzero(cols["roce"]))
         tot.cnp += int(np.count_nonzero(cols["cnp"]))
+        syndrome = cols["aeth_syndrome"]
+        if (syndrome >= 0).any():
+            kind = syndrome >> 5  # -1 where none
+            tot.acks += int(np.count_nonzero(kind == _AETH_ACK))
+            tot.naks += int(np.count_nonzero((kind == _AETH_NAK) | (kind == _AETH_RNR_NAK)))
+            tot.seq_naks += int(np.count_nonzero(syndrome == _AETH_SEQ_NAK))
         tot.tcp_bytes += int(origs[cols["tcp"]].sum())
         tot.udp_bytes += int(origs[cols["udp"]].sum())
         # All-zero keys (non-IP, non-RoCE frames) are counted out at the end.
@@ -1555,6 +1613,9 @@ def _analyse(buf: _Buf, chunks: Iterable[_Chunk], meta: _Meta) -> Capture:
         link_type=meta.link_type,
         local_mac=None if local is None else _mac_text(local),
         warnings=tuple(warn),
+        roce_acks=tot.acks,
+        roce_naks=tot.naks,
+        roce_seq_naks=tot.seq_naks,
     )
     return Capture(time_s=time_s, length=length, is_tx=is_tx, stats=stats, time_ns=time_ns)
 

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from scapy.contrib.roce import BTH, cnp
+from scapy.contrib.roce import AETH, BTH, cnp
 from scapy.layers.inet import IP, TCP, UDP, IPOption_NOP
 from scapy.layers.inet6 import IPv6, IPv6ExtHdrDestOpt, IPv6ExtHdrFragment, IPv6ExtHdrHopByHop
 from scapy.layers.l2 import ARP, CookedLinux, CookedLinuxV2, Dot1AD, Dot1Q, Ether
@@ -59,6 +59,19 @@ def roce4(
         / UDP(sport=sport, dport=4791, chksum=0)
         / BTH(opcode=opcode, dqpn=qp, psn=psn)
         / Raw(b"\x00" * payload)
+    )
+
+
+def ack4(
+    syndrome: int, *, opcode: int = 0x11, qp: int = 0x11, psn: int = 0, msn: int = 0
+) -> Packet:
+    """An RC ACKNOWLEDGE (or, opcode 0x12, ATOMIC ACKNOWLEDGE) from the peer: BTH + AETH."""
+    return (
+        Ether(src=PEER_MAC, dst=LOCAL_MAC)
+        / IP(src=P4, dst=L4)
+        / UDP(sport=50010, dport=4791, chksum=0)
+        / BTH(opcode=opcode, dqpn=qp, psn=psn)
+        / AETH(syndrome=syndrome, msn=msn)
     )
 
 
@@ -196,6 +209,38 @@ def test_decode_cnp() -> None:
     assert info.cnp
     assert (info.bth_opcode, info.dest_qp) == (0x81, 0x33)
     assert (info.src_ip, info.dst_ip) == (P4, L4)
+
+
+def test_decode_aeth_syndrome() -> None:
+    for opcode in (0x11, 0x12):
+        for syndrome in (0x00, 0x1F, 0x20, 0x3F, 0x40, 0x60, 0x61, 0x62, 0x63, 0x64, 0xFF):
+            frame = bytes(ack4(syndrome, opcode=opcode, qp=0x1234, psn=77, msn=5))
+            assert len(frame) == 14 + 20 + 8 + 12 + 4 + 4  # ... + AETH + ICRC
+            if opcode == 0x11:  # scapy binds AETH after RC ACKNOWLEDGE (not 0x12) itself
+                assert Ether(frame)[AETH].syndrome == syndrome
+            info = decode_frame(frame)
+            assert info is not None
+            assert info.roce
+            assert not info.cnp
+            assert (info.bth_opcode, info.dest_qp, info.psn) == (opcode, 0x1234, 77)
+            assert info.aeth_syndrome == syndrome
+            # The AETH cut by the snaplen: still a RoCE frame, with no syndrome.
+            for cut in range(14 + 20 + 8 + 12, 14 + 20 + 8 + 12 + 4):
+                info = decode_frame(frame[:cut])
+                assert info is not None
+                assert (info.roce, info.bth_opcode, info.aeth_syndrome) == (True, opcode, None)
+            whole = decode_frame(frame[: 14 + 20 + 8 + 12 + 4])  # the AETH just captured
+            assert whole is not None
+            assert whole.aeth_syndrome == syndrome
+    # Other opcodes carry no AETH, whatever bytes follow the BTH.
+    for frame in (bytes(roce4(opcode=0x10)), bytes(roce4(opcode=0x13)), bytes(cnp4())):
+        info = decode_frame(frame)
+        assert info is not None
+        assert info.roce
+        assert info.aeth_syndrome is None
+    tcp = decode_frame(bytes(tcp4(L4, P4, 1, 4791)))
+    assert tcp is not None
+    assert tcp.aeth_syndrome is None
 
 
 def test_decode_vlan_and_qinq() -> None:
@@ -468,6 +513,52 @@ def test_pcap_variants_exact_totals(tmp_path: Path, nano: bool, endian: str) -> 
     assert any("could not be decoded" in w for w in cap.stats.warnings)
 
 
+def test_read_capture_counts_acks_and_naks(tmp_path: Path) -> None:
+    """Exact ACK / NAK / sequence-NAK totals from scapy-built frames, the snaplen included."""
+    acks = [ack4(0x1F, psn=i) for i in range(5)]  # ACK, credit field 31
+    acks += [ack4(0x00, opcode=0x12, qp=0x22), ack4(0x0A)]  # atomic ACK, ACK with 10 credits
+    rnr = [ack4(0x20 | 14), ack4(0x3F, opcode=0x12)]  # RNR NAK (timer 14, 31)
+    seq = [ack4(0x60, psn=9), ack4(0x60, psn=9, opcode=0x12), ack4(0x60)]  # PSN sequence error
+    other_naks = [ack4(0x61), ack4(0x62), ack4(0x63), ack4(0x64)]  # invalid request .. RD
+    reserved = [ack4(0x40), ack4(0x5F), ack4(0x80), ack4(0xE0)]  # 010 and 1xx: neither
+    plain = [roce4(psn=1), roce4(opcode=0x10, psn=2), cnp4()]  # no AETH: not counted
+    # Frames whose opcode says ACK but whose AETH the snaplen cut: RoCE, counted in neither.
+    aeth_at = 14 + 20 + 8 + 12
+    cut = [(bytes(ack4(0x60))[:aeth_at], 62), (bytes(ack4(0x00))[: aeth_at + 3], 62)]
+    pkts = acks + rnr + seq + other_naks + reserved + plain
+    frames = [(bytes(p), len(p)) for p in pkts] + cut
+    for f in pkts:
+        f.time = EDecimal(1_700_000_000)
+    wrpcap(str(tmp_path / "acks.pcap"), pkts, linktype=1)
+    by_scapy = read_capture(tmp_path / "acks.pcap").stats
+    assert (by_scapy.roce_acks, by_scapy.roce_naks, by_scapy.roce_seq_naks) == (7, 9, 3)
+    assert by_scapy.roce_packets == len(pkts)
+
+    raw = pcap_bytes([(T0_NS + i, d, o) for i, (d, o) in enumerate(frames)])
+    path = tmp_path / "acks_cut.pcap"
+    path.write_bytes(raw)
+    s = read_capture(path).stats
+    assert (s.roce_acks, s.roce_naks, s.roce_seq_naks) == (7, 9, 3)  # the cut two: neither
+    assert (s.roce_packets, s.cnp_packets, s.skipped_records) == (len(frames), 1, 0)
+    assert_same_outcome(raw)
+    # The whole capture at a snaplen that cuts every AETH (but no BTH): no ACK nor NAK, and
+    # every frame still RoCE.
+    short = [(d[: aeth_at + 2], o) for d, o in frames]
+    s = parse_capture(pcap_bytes([(T0_NS + i, d, o) for i, (d, o) in enumerate(short)])).stats
+    assert (s.roce_acks, s.roce_naks, s.roce_seq_naks) == (0, 0, 0)
+    assert (s.roce_packets, s.skipped_records) == (len(frames), 0)
+    # The columns say the same, frame by frame (dtype int16, -1 where none).
+    buf = b"".join(d for d, _ in frames)
+    offs = np.cumsum([0] + [len(d) for d, _ in frames[:-1]], dtype=np.int64)
+    cols = pcap_mod.decode_columns(buf, offs, [len(d) for d, _ in frames], 1)
+    assert cols.aeth_syndrome.dtype == np.int16
+    want = [-1 if (i := decode_frame(d)) is None or i.aeth_syndrome is None else i.aeth_syndrome
+            for d, _ in frames]  # fmt: skip
+    assert cols.aeth_syndrome.tolist() == want
+    assert want[:3] == [0x1F] * 3
+    assert want[-5:] == [-1, -1, -1, -1, -1]
+
+
 def test_pcap_written_by_scapy(tmp_path: Path) -> None:
     frames = mixed_frames()
     pkts = []
@@ -692,7 +783,10 @@ def test_pcapng_errors_and_truncation() -> None:
 
 def _valid_files() -> list[bytes]:
     frames = mixed_frames()
-    recs = [(T0_NS + i, d, o) for i, (d, o) in enumerate(frames[:6])]
+    acks = [
+        (bytes(ack4(syn, opcode=opc)), 62) for syn, opc in ((0, 0x11), (0x60, 0x12), (0x21, 0x11))
+    ]
+    recs = [(T0_NS + i, d, o) for i, (d, o) in enumerate(frames[:6] + acks)]
     ng = [ng_shb(), ng_idb(tsresol=9, snaplen=128)]
     ng += [ng_epb(0, T0_NS + i, d, o) for i, (d, o) in enumerate(frames[6:])]
     ng += [ng_spb(frames[0][0], frames[0][1])]
@@ -984,7 +1078,7 @@ def _ref_analyse(buf: bytes, recs: _RefRecords) -> Capture:
     dsts: list[bytes] = []
     flows: set[tuple[object, ...]] = set()
     qps: set[tuple[object, ...]] = set()
-    roce = cnp = skipped = tcp_bytes = udp_bytes = 0
+    roce = cnp = skipped = tcp_bytes = udp_bytes = acks = naks = seq_naks = 0
     lts = recs.link_types if recs.link_types is not None else [recs.link_type] * n
     for off, caplen, orig, lt in zip(recs.offs, recs.caps, recs.origs, lts, strict=True):
         r = pcap_mod._decode(buf, off, off + caplen, lt)
@@ -997,7 +1091,7 @@ def _ref_analyse(buf: bytes, recs: _RefRecords) -> Capture:
                 dsts.append(b"")
                 srcs.append(b"")
             continue
-        dst, src, _et, _vlan, ipver, sip, dip, proto, sport, dport, is_roce, opc, dqp, _psn = r
+        dst, src, _et, _vlan, ipver, sip, dip, proto, sport, dport, is_roce, opc, dqp, _psn, syn = r
         srcs.append(src)
         dsts.append(dst)
         if ipver is None:
@@ -1009,6 +1103,10 @@ def _ref_analyse(buf: bytes, recs: _RefRecords) -> Capture:
                 roce += 1
                 qps.add((dip, dqp))
                 cnp += opc == 0x81
+                if syn is not None:
+                    acks += syn >> 5 == 0b000
+                    naks += syn >> 5 in (0b001, 0b011)
+                    seq_naks += syn == 0b011_00000
         elif proto == 6:
             tcp_bytes += orig
     counts = Counter(srcs)
@@ -1038,7 +1136,7 @@ def _ref_analyse(buf: bytes, recs: _RefRecords) -> Capture:
         last_time_s=None if last is None else last // ns + (last % ns) / 1e9,
         link_type=recs.link_type,
         local_mac=None if local is None else ":".join(f"{b:02x}" for b in local),
-        warnings=tuple(warn),
+        warnings=tuple(warn), roce_acks=acks, roce_naks=naks, roce_seq_naks=seq_naks,
     )  # fmt: skip
     return Capture(time_s=time_s, length=length, is_tx=is_tx, stats=stats, time_ns=time_ns)
 
@@ -1110,13 +1208,19 @@ def l4_bytes(draw: st.DrawFn, proto: int) -> bytes:
         return struct.pack("!HHIIBBHHH", sport, dport, 1, 1, 0x50, 0x10, 1, 0, 0)
     bth = struct.pack(
         "!BBHII",
-        draw(st.sampled_from([4, 6, 0x11, 0x81])),
+        draw(st.sampled_from([4, 6, 0x11, 0x11, 0x12, 0x81])),
         0x40,
         0xFFFF,
         draw(st.sampled_from([0x11, 0x22, 0xABCDEF])),
         draw(st.integers(0, 0xFFFFFFFF)),
     )
-    return struct.pack("!HHHH", sport, dport, 20, 0) + bth + b"\x00" * 4
+    # The AETH of an ACK (any opcode carries these 4 bytes here; only 0x11 / 0x12 read them):
+    # every syndrome class, ACK 000 (credits), RNR NAK 001, reserved 010, NAK 011 codes 0-4
+    # and beyond, and 1xx (reserved) bytes.
+    syndrome = draw(st.sampled_from([0x00, 0x1F, 0x20, 0x3F, 0x40, 0x60, 0x61, 0x62, 0x63, 0x64,
+                                     0x7F, 0x80, 0xFF]))  # fmt: skip
+    aeth = struct.pack("!BBH", syndrome, 0, draw(st.integers(0, 0xFFFF)))
+    return struct.pack("!HHHH", sport, dport, 24, 0) + bth + aeth + b"\x00" * 4
 
 
 @st.composite
@@ -1194,7 +1298,7 @@ def records(draw: st.DrawFn, link_type: int) -> list[tuple[bytes, int]]:
     """(captured bytes, original length), cut at random captured lengths."""
     out = []
     for frame in draw(st.lists(frame_bytes(link_type), max_size=24)):
-        cut = draw(st.sampled_from([len(frame), len(frame), 64, 40, 18, 14, 13, 0]))
+        cut = draw(st.sampled_from([len(frame), len(frame), 64, 57, 55, 54, 40, 18, 14, 13, 0]))
         data = frame[: min(cut, len(frame))]
         orig = draw(st.sampled_from([len(frame), len(frame) + 9000, 65226, max(len(data) - 1, 0)]))
         out.append((data, orig))
@@ -1241,7 +1345,7 @@ def test_vector_reader_matches_per_record_reader_pcapng(data: st.DataObject) -> 
         for i in range(data.draw(st.integers(0, 16))):
             if_id = data.draw(st.integers(0, len(lts) - 1))
             frame = data.draw(frame_bytes(lts[if_id]))
-            cut = data.draw(st.sampled_from([len(frame), len(frame), 40, 14, 0]))
+            cut = data.draw(st.sampled_from([len(frame), len(frame), 56, 40, 14, 0]))
             d = frame[: min(cut, len(frame))]
             orig = data.draw(st.sampled_from([len(frame), 9000, max(len(d) - 1, 0)]))
             kind = data.draw(st.sampled_from(["epb", "epb", "epb", "opb", "spb", "isb"]))
@@ -1342,6 +1446,7 @@ def _frame_columns_match(
         assert (cols.src_port[i], cols.dst_port[i], cols.dest_qp[i], cols.bth_opcode[i]) == (
             -1,
         ) * 4
+        assert cols.aeth_syndrome[i] == -1
         assert not cols.flow_key[i].tobytes().strip(b"\x00")
         return
     assert cols.decoded[i]
@@ -1356,6 +1461,7 @@ def _frame_columns_match(
     assert (cols.roce[i], cols.cnp[i]) == (info.roce, info.cnp)
     assert cols.bth_opcode[i] == (-1 if info.bth_opcode is None else info.bth_opcode)
     assert cols.dest_qp[i] == (-1 if info.dest_qp is None else info.dest_qp)
+    assert cols.aeth_syndrome[i] == (-1 if info.aeth_syndrome is None else info.aeth_syndrome)
     if info.src_mac:
         assert cols.has_src_mac[i]
         assert int(cols.src_mac[i]) == int.from_bytes(info.src_mac, "big")

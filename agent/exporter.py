@@ -276,14 +276,17 @@ def _capture_families(snap: Snapshot) -> Iterator[Metric]:
         return
     packets = CounterMetricFamily(
         "commpulse_capture_packets",
-        "Frames by kind: captured (handed to the agent, after sampling); roce and cnp (RoCEv2 "
-        "and its congestion notifications, estimated wire counts); undecoded (headers not "
-        "understood, bytes still counted).",
+        "Frames by kind: captured (handed to the agent, after sampling); roce, cnp (congestion "
+        "notifications), ack, nak and seq_nak (NAKs for a PSN gap: loss and retransmission) of "
+        "RoCEv2, as estimated wire counts; undecoded (headers not understood, bytes counted).",
         labels=["kind"],
     )
     packets.add_metric(["captured"], float(stats.get("captured_packets", 0)))
     packets.add_metric(["roce"], float(stats.get("roce_packets", 0)))
     packets.add_metric(["cnp"], float(stats.get("cnp_packets", 0)))
+    packets.add_metric(["ack"], float(stats.get("ack_packets", 0)))
+    packets.add_metric(["nak"], float(stats.get("nak_packets", 0)))
+    packets.add_metric(["seq_nak"], float(stats.get("seq_nak_packets", 0)))
     packets.add_metric(["undecoded"], float(stats.get("undecoded_packets", 0)))
     yield packets
     lost = CounterMetricFamily(

@@ -56,7 +56,7 @@ from agent.errors import ConfigError, SourceError, SourceUnavailable
 from collectors._base import CounterReading, DeviceInfo, Emit, Reading, SourceStats
 from collectors._config import check_interval, doc
 from collectors._sysfs import parse_sysfs_int, read_attr
-from collectors.pcap import LINKTYPE_ETHERNET, LINKTYPE_RAW, decode_columns
+from collectors.pcap import LINKTYPE_ETHERNET, LINKTYPE_RAW, ack_counts, decode_columns
 
 __all__ = [
     "BlockFrames",
@@ -398,6 +398,9 @@ class TrafficTally:
     packets: dict[str, list[int]] = field(default_factory=dict)  # device -> [tx, rx]
     roce_packets: int = 0
     cnp_packets: int = 0
+    ack_packets: int = 0
+    nak_packets: int = 0
+    seq_nak_packets: int = 0
     tcp_bytes: int = 0
     udp_bytes: int = 0
     undecoded: int = 0
@@ -421,6 +424,10 @@ class TrafficTally:
         self.undecoded += int(n - cols.decoded.sum())
         self.roce_packets += int(cols.roce.sum()) * self.scale
         self.cnp_packets += int(cols.cnp.sum()) * self.scale
+        acks, naks, seq_naks = ack_counts(cols.aeth_syndrome)
+        self.ack_packets += acks * self.scale
+        self.nak_packets += naks * self.scale
+        self.seq_nak_packets += seq_naks * self.scale
         self.tcp_bytes += int(frames.length[cols.tcp].sum()) * self.scale
         self.udp_bytes += int(frames.length[cols.udp].sum()) * self.scale
         ip = cols.decoded & (cols.ip_version > 0)
@@ -739,6 +746,9 @@ class _Worker:
             "handover_drops": self.handover_drops,
             "roce_packets": t.roce_packets,
             "cnp_packets": t.cnp_packets,
+            "ack_packets": t.ack_packets,
+            "nak_packets": t.nak_packets,
+            "seq_nak_packets": t.seq_nak_packets,
             "tcp_bytes": t.tcp_bytes,
             "udp_bytes": t.udp_bytes,
             "undecoded_packets": t.undecoded,

@@ -69,6 +69,7 @@ __all__ = [
     "CaptureStats",
     "FrameColumns",
     "FrameInfo",
+    "ack_counts",
     "bin_bytes",
     "decode_columns",
     "decode_frame",
@@ -675,6 +676,20 @@ def _fill_scalar(cols: dict[str, np.ndarray], i: int, r: _Decoded | None) -> Non
         cols["dest_qp"][i] = dqp
         cols["aeth_syndrome"][i] = -1 if syn is None else syn
         cols["qp_key"][i] = (ipver << 56 | dqp, d_hi, d_lo)
+
+
+def ack_counts(syndrome: npt.NDArray[np.int16]) -> tuple[int, int, int]:
+    """(ACKs, NAKs, PSN-sequence NAKs) among AETH syndromes (-1 where a frame has none).
+
+    NAKs are the NAK (011) and RNR NAK (001) classes; a sequence NAK (code 0) says the
+    responder saw a gap in the PSNs: a lost packet and a go-back-N retransmission.
+    """
+    if not (syndrome >= 0).any():
+        return 0, 0, 0
+    kind = syndrome >> 5  # -1 where none
+    acks = int(np.count_nonzero(kind == _AETH_ACK))
+    naks = int(np.count_nonzero((kind == _AETH_NAK) | (kind == _AETH_RNR_NAK)))
+    return acks, naks, int(np.count_nonzero(syndrome == _AETH_SEQ_NAK))
 
 
 def decode_columns(
@@ -1554,12 +1569,10 @@ def _analyse(buf: _Buf, chunks: Iterable[_Chunk], meta: _Meta) -> Capture:
         tot.skipped += int(origs.size - np.count_nonzero(cols["decoded"]))
         tot.roce += int(np.count_nonzero(cols["roce"]))
         tot.cnp += int(np.count_nonzero(cols["cnp"]))
-        syndrome = cols["aeth_syndrome"]
-        if (syndrome >= 0).any():
-            kind = syndrome >> 5  # -1 where none
-            tot.acks += int(np.count_nonzero(kind == _AETH_ACK))
-            tot.naks += int(np.count_nonzero((kind == _AETH_NAK) | (kind == _AETH_RNR_NAK)))
-            tot.seq_naks += int(np.count_nonzero(syndrome == _AETH_SEQ_NAK))
+        acks, naks, seq_naks = ack_counts(cols["aeth_syndrome"])
+        tot.acks += acks
+        tot.naks += naks
+        tot.seq_naks += seq_naks
         tot.tcp_bytes += int(origs[cols["tcp"]].sum())
         tot.udp_bytes += int(origs[cols["udp"]].sum())
         # All-zero keys (non-IP, non-RoCE frames) are counted out at the end.

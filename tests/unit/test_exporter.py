@@ -166,7 +166,8 @@ def _batch(size: float) -> CallBatch:
 def test_capture_totals_are_exported_promtool_clean() -> None:
     text = _snapshot_exposition(
         source_stats={"packet_capture": {
-            "captured_packets": 5000, "roce_packets": 1200, "cnp_packets": 40,
+            "captured_packets": 5000, "roce_packets": 1200, "cnp_packets": 40, "nak_packets": 6,
+            "seq_nak_packets": 5, "ack_packets": 300,
             "undecoded_packets": 3, "kernel_dropped_packets": 7, "late_packets": 2,
             "handover_drops": 1, "tcp_bytes": 10_000, "udp_bytes": 90_000, "flows": 12,
             "queue_pairs": 4, "sample_every": 4,
@@ -174,6 +175,7 @@ def test_capture_totals_are_exported_promtool_clean() -> None:
     )  # fmt: skip
     s = _samples(text)
     assert s[("commpulse_capture_packets_total", (("kind", "cnp"),))] == 40.0
+    assert s[("commpulse_capture_packets_total", (("kind", "seq_nak"),))] == 5.0
     assert s[("commpulse_capture_packets_total", (("kind", "captured"),))] == 5000.0
     assert s[("commpulse_capture_dropped_packets_total", ())] == 7.0
     assert s[("commpulse_capture_late_packets_total", ())] == 2.0

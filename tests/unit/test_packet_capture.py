@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from scapy.contrib.roce import BTH, cnp
+from scapy.contrib.roce import AETH, BTH, cnp
 from scapy.layers.inet import IP, TCP, UDP
 from scapy.layers.inet6 import IPv6
 from scapy.layers.l2 import Ether
@@ -91,6 +91,13 @@ CNP = bytes(
     / IP(src="10.0.0.2", dst="10.0.0.1")
     / UDP(sport=49153, dport=4791)
     / cnp(0x22)
+)
+SEQ_NAK = bytes(
+    Ether(src="02:00:00:00:00:02", dst="02:00:00:00:00:01")
+    / IP(src="10.0.0.2", dst="10.0.0.1")
+    / UDP(sport=49153, dport=4791)
+    / BTH(opcode=0x11, dqpn=0x33, psn=9)
+    / AETH(syndrome=0x60)
 )
 TCP_V6 = bytes(
     Ether(src="02:00:00:00:00:01", dst="02:00:00:00:00:02")
@@ -255,19 +262,23 @@ def _frames(buf: bytearray) -> BlockFrames:
     return parse_block(buf, 0, len(buf))
 
 
-def test_tally_counts_roce_cnp_flows_and_queue_pairs_scaled() -> None:
+def test_tally_counts_roce_cnp_naks_flows_and_queue_pairs_scaled() -> None:
     buf = kernel_block(
-        [(ROCE, T0, len(ROCE), 0, 0)] * 3 + [(CNP, T0, len(CNP), 0, 4), (TCP_V6, T0, 9000, 0, 0)]
+        [(ROCE, T0, len(ROCE), 0, 0)] * 3
+        + [(CNP, T0, len(CNP), 0, 4), (TCP_V6, T0, 9000, 0, 0), (SEQ_NAK, T0, len(SEQ_NAK), 0, 4)]
     )
     tally = TrafficTally(scale=2, window_s=10.0)
     tally.add("eth0", buf, _frames(buf), LINKTYPE_ETHERNET, now_s=5.0)
-    assert tally.captured == 5
-    assert tally.roce_packets == 8
+    assert tally.captured == 6
+    assert tally.roce_packets == 10
     assert tally.cnp_packets == 2
+    assert tally.nak_packets == 2  # a NAK for a PSN gap: a packet was lost
+    assert tally.seq_nak_packets == 2
+    assert tally.ack_packets == 0
     assert tally.tcp_bytes == 18_000
-    assert tally.packets["eth0"] == [2, 8]
-    assert tally.flows == 3
-    assert tally.queue_pairs == 2
+    assert tally.packets["eth0"] == [4, 8]
+    assert tally.flows == 3  # the NAK shares the CNP's 5-tuple (10.0.0.2:49153 -> :4791)
+    assert tally.queue_pairs == 3
     tally.prune(14.0)
     assert tally.flows == 3
     tally.prune(15.5)

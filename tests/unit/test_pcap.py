@@ -173,6 +173,7 @@ def test_exports() -> None:
             "CaptureStats",
             "FrameColumns",
             "FrameInfo",
+            "ack_counts",
             "bin_bytes",
             "decode_columns",
             "decode_frame",

@@ -41,6 +41,13 @@ def _gauge(name: str, doc: str, value: float | None) -> GaugeMetricFamily | None
     return g
 
 
+def _counter(name: str, doc: str, value: float) -> CounterMetricFamily:
+    """A single-sample counter (``_total`` is added by the client)."""
+    c = CounterMetricFamily(name, doc)
+    c.add_metric([], float(value))
+    return c
+
+
 class SnapshotCollector(Collector):
     """Yields the contract metrics (and the agent's own health) from the snapshot store."""
 
@@ -281,34 +288,26 @@ def _capture_families(snap: Snapshot) -> Iterator[Metric]:
         "RoCEv2, as estimated wire counts; undecoded (headers not understood, bytes counted).",
         labels=["kind"],
     )
-    packets.add_metric(["captured"], float(stats.get("captured_packets", 0)))
-    packets.add_metric(["roce"], float(stats.get("roce_packets", 0)))
-    packets.add_metric(["cnp"], float(stats.get("cnp_packets", 0)))
-    packets.add_metric(["ack"], float(stats.get("ack_packets", 0)))
-    packets.add_metric(["nak"], float(stats.get("nak_packets", 0)))
-    packets.add_metric(["seq_nak"], float(stats.get("seq_nak_packets", 0)))
-    packets.add_metric(["undecoded"], float(stats.get("undecoded_packets", 0)))
+    for kind in ("captured", "roce", "cnp", "ack", "nak", "seq_nak", "undecoded"):
+        packets.add_metric([kind], float(stats.get(f"{kind}_packets", 0)))
     yield packets
-    lost = CounterMetricFamily(
+    yield _counter(
         "commpulse_capture_dropped_packets",
         "Frames the kernel dropped because the capture ring was full (raise ring_mib or "
         "sample_every): the byte series undercounts while this grows.",
+        stats.get("kernel_dropped_packets", 0),
     )
-    lost.add_metric([], float(stats.get("kernel_dropped_packets", 0)))
-    yield lost
-    late = CounterMetricFamily(
+    yield _counter(
         "commpulse_capture_late_packets",
         "Frames that reached the agent after their time bin was closed (counted in a later bin).",
+        stats.get("late_packets", 0),
     )
-    late.add_metric([], float(stats.get("late_packets", 0)))
-    yield late
-    handovers = CounterMetricFamily(
+    yield _counter(
         "commpulse_capture_dropped_handovers",
         "Batches of capture readings dropped because the agent's event loop fell behind (the "
         "counters are cumulative: time resolution is lost, bytes are not).",
+        stats.get("handover_drops", 0),
     )
-    handovers.add_metric([], float(stats.get("handover_drops", 0)))
-    yield handovers
     proto = CounterMetricFamily(
         "commpulse_capture_protocol_bytes",
         "Captured bytes by transport (estimated wire bytes; RoCEv2 is UDP).",
@@ -317,24 +316,15 @@ def _capture_families(snap: Snapshot) -> Iterator[Metric]:
     proto.add_metric(["tcp"], float(stats.get("tcp_bytes", 0)))
     proto.add_metric(["udp"], float(stats.get("udp_bytes", 0)))
     yield proto
-    flows = GaugeMetricFamily(
-        "commpulse_capture_flows",
-        "Distinct flows (5-tuples) seen in the last flow_window_s.",
-    )
-    flows.add_metric([], float(stats.get("flows", 0)))
-    yield flows
-    qps = GaugeMetricFamily(
-        "commpulse_capture_queue_pairs",
-        "Distinct RoCEv2 destination queue pairs seen in the last flow_window_s.",
-    )
-    qps.add_metric([], float(stats.get("queue_pairs", 0)))
-    yield qps
-    every = GaugeMetricFamily(
-        "commpulse_capture_sample_every",
-        "1-in-N sampling of the capture (1: every frame).",
-    )
-    every.add_metric([], float(stats.get("sample_every", 1)))
-    yield every
+    for name, doc, default in (
+        ("flows", "Distinct flows (5-tuples) seen in the last flow_window_s.", 0),
+        ("queue_pairs", "Distinct RoCEv2 destination queue pairs seen in the last flow_window_s.",
+         0),
+        ("sample_every", "1-in-N sampling of the capture (1: every frame).", 1),
+    ):  # fmt: skip
+        gauge = _gauge(f"commpulse_capture_{name}", doc, stats.get(name, default))
+        assert gauge is not None
+        yield gauge
 
 
 def _buckets(bounds: tuple[float, ...], counts: tuple[int, ...]) -> list[tuple[str, float]]:

@@ -29,6 +29,7 @@ from agent.estimate import (
 from agent.p2p import P2PCall, alltoall_stats, group_alltoalls, pipeline_stats
 from agent.rates import Direction, GridSeries, direction_grids, nominal_interval
 from agent.regime import IDLE_BYTES_PER_S
+from agent.sharding import DEFAULT_LATENCY_S, sharding_stats
 from collectors.counters_csv import read_counters_csv
 from collectors.gpu_csv import read_gpu_csv
 from collectors.nccl_inspector import InspectorSummary, read_inspector_files
@@ -48,6 +49,7 @@ __all__ = [
     "collective_mix",
     "communicators",
     "inspector_json",
+    "sharding_json",
     "sparse_ops_json",
 ]
 
@@ -252,8 +254,13 @@ def analyze_files(
     nccl_logs: Sequence[Path] = (),
     pcaps: Sequence[Path] = (),
     inspector: Sequence[Path] = (),
+    collective_latency_s: float | None = None,
 ) -> AnalysisResult:
-    """Read the given files and estimate. Raises :class:`InputFormatError` on bad input."""
+    """Read the given files and estimate. Raises :class:`InputFormatError` on bad input.
+
+    ``collective_latency_s`` is the per-collective latency of the ``sharding`` latency share
+    (default: the Inspector's P50 kernel time when given, else 10 µs).
+    """
     sources: dict[str, list[str]] = {}
     extra: dict[str, Any] = {}
     network: dict[Direction, GridSeries] = {}
@@ -274,6 +281,8 @@ def analyze_files(
     if gpu:
         sources["gpu"] = [str(p) for p in gpu]
     mix: CollectiveMix | None = None
+    summary: NcclLogSummary | None = None
+    inspected: InspectorSummary | None = None
     extra["alltoall"] = extra["pipeline"] = None
     if nccl_logs:
         summary = read_nccl_logs(nccl_logs)
@@ -294,7 +303,8 @@ def analyze_files(
         }
     if inspector:
         sources["nccl_inspector"] = [str(p) for p in inspector]
-        extra["inspector"] = inspector_json(read_inspector_files(inspector))
+        inspected = read_inspector_files(inspector)
+        extra["inspector"] = inspector_json(inspected)
     if not sources:
         raise InputFormatError(
             "<none>", "no input: give --counters, --gpu, --nccl-log, --pcap or --inspector"
@@ -306,6 +316,11 @@ def analyze_files(
     if not network and mix is None and gpu_samples is None:
         est = replace(est, regime="unknown")  # Inspector records alone say nothing of traffic
     extra["arrivals"] = arrivals_json(inputs, est)
+    extra["sharding"] = (
+        sharding_json(summary, est.period_s, inspected, latency_s=collective_latency_s)
+        if summary is not None
+        else None
+    )
     return AnalysisResult(estimate=est, sources=sources, extra=extra, inputs=inputs)
 
 
@@ -333,6 +348,76 @@ def arrivals_json(inputs: EstimateInputs, est: Estimate) -> dict[str, Any] | Non
     ).to_json()
     out["direction"] = direction
     return out
+
+
+def _comm_name(summary: NcclLogSummary, index: int) -> str:
+    """The communicator's name: its commId (the same on every rank), else host:pid:pointer."""
+    key = summary.comm_keys[index]
+    info = summary.comms.get(key)
+    return info.comm_id if info and info.comm_id else f"{key[0]}:{key[1]}:{key[2]}"
+
+
+def _inspector_latency(inspected: InspectorSummary | None) -> float | None:
+    """Call-weighted P50 kernel time of the Inspector's AllReduce/AllGather/ReduceScatter."""
+    if inspected is None:
+        return None
+    pairs = [
+        (t.calls, t.exec_p50_s)
+        for op, t in inspected.ops.items()
+        if op in ("AllReduce", "AllGather", "ReduceScatter") and t.calls > 0
+    ]
+    calls = sum(c for c, _ in pairs)
+    return sum(c * v for c, v in pairs) / calls if calls else None
+
+
+def sharding_json(
+    summary: NcclLogSummary,
+    period_s: float | None,
+    inspected: InspectorSummary | None = None,
+    *,
+    latency_s: float | None = None,
+) -> dict[str, Any] | None:
+    """The ``sharding`` object (ZeRO stage, per-step collectives) of the largest communicator.
+
+    The largest communicator is the one with the most ranks (then the most calls): the data-
+    parallel one, whose ReduceScatter/AllGather are the ZeRO ones; a smaller tensor-parallel
+    communicator's AllGathers would blur the stage ratio. None without AllReduce, AllGather or
+    ReduceScatter calls.
+    """
+    if not summary.comm_keys or summary.call_comm_ids.size == 0:
+        return None
+    names = [_comm_name(summary, i) for i in range(len(summary.comm_keys))]
+    size: dict[str, tuple[int, int]] = {}
+    calls_per_key = np.bincount(summary.call_comm_ids, minlength=len(names))
+    for i, name in enumerate(names):
+        info = summary.comms.get(summary.comm_keys[i])
+        n = info.nranks if info is not None and info.nranks is not None else 0
+        ranks, calls = size.get(name, (0, 0))
+        size[name] = (max(ranks, n), calls + int(calls_per_key[i]))
+    best = min(size, key=lambda k: (-size[k][0], -size[k][1], k))
+    members = np.array([name == best for name in names])
+    sel = members[summary.call_comm_ids]
+    keys = summary.comm_keys
+    process = [f"{keys[i][0]}:{keys[i][1]}" for i in summary.call_comm_ids[sel].tolist()]
+    ops = np.asarray(summary.op_names, dtype=object)[summary.call_op_ids[sel]]
+    source = "given"
+    if latency_s is None:
+        latency_s = _inspector_latency(inspected)
+        source = "inspector_p50_exec_time"
+    if latency_s is None:
+        latency_s, source = DEFAULT_LATENCY_S, "default"
+    stats = sharding_stats(
+        ops.tolist(),
+        summary.call_bytes[sel],
+        summary.call_times_s[sel],
+        process,
+        period_s=period_s,
+        comm=best,
+        nranks=size[best][0] or summary.nranks,
+        latency_s=latency_s,
+        latency_source=source,
+    )
+    return stats.to_json() if stats is not None else None
 
 
 def _p2p_calls(summary: NcclLogSummary, paths: Sequence[Path]) -> list[P2PCall]:

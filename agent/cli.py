@@ -326,6 +326,13 @@ def _add_analyze(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
         "row for the job, one per NCCL communicator, one per --what-if)",
     )
     p.add_argument(
+        "--collective-latency",
+        type=_positive_float,
+        metavar="S",
+        help="per-collective latency in seconds for the fine-tuning latency share (default: "
+        "the Inspector's measured P50 when --inspector is given, else 1e-5, DOMAIN.md's 10 µs)",
+    )
+    p.add_argument(
         "--what-if",
         action="append",
         default=[],
@@ -561,6 +568,7 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
         nccl_logs=args.nccl_log,
         pcaps=args.pcap,
         inspector=args.inspector,
+        collective_latency_s=args.collective_latency,
     )
     if args.table:
         comms = result.extra.get("nccl", {}).get("communicators", [])
@@ -573,6 +581,7 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
             arrivals=result.extra.get("arrivals"),
             alltoall=result.extra.get("alltoall"),
             pipeline=result.extra.get("pipeline"),
+            sharding=result.extra.get("sharding"),
         )
         print(render_rows(rows, args.table))
     elif args.json:

@@ -127,6 +127,7 @@ def render_table(
                 f"{(format_bytes(bw) + '/s') if bw else '—':>14}"
             )
     lines.extend(_sparse_lines(e, extra or {}))
+    lines.extend(_sharding_lines((extra or {}).get("sharding")))
     capture = (extra or {}).get("capture")
     if isinstance(capture, Mapping):
         lines.append("")
@@ -187,6 +188,36 @@ def _sparse_lines(e: Estimate, extra: Mapping[str, object]) -> list[str]:
         else:
             text = f"stages not derivable: {pipe.get('reason')}"
         out += ["", f"  pipeline P2P      {pipe['p2p_calls']} Send/Recv calls; {text}"]
+    return out
+
+
+def _micro(s: object) -> str:
+    return f"{s * 1e6:.3g} µs" if isinstance(s, (int, float)) else "—"
+
+
+def _sharding_lines(sharding: object) -> list[str]:
+    """Fine-tuning view: ZeRO stage, collectives per step, per-layer gap, latency share."""
+    if not isinstance(sharding, Mapping):
+        return []
+    out = ["", f"  ZeRO stage        {sharding.get('zero_stage')} ({sharding.get('reason')})"]
+    per_step = sharding.get("collectives_per_step")
+    if per_step is not None:
+        ag, rs = sharding.get("allgather_per_step"), sharding.get("reduce_scatter_per_step")
+        split = f" (AllGather {ag:.4g}, ReduceScatter {rs:.4g})" if ag and rs else ""
+        out.append(f"  collectives/step  {per_step:.4g} per process{split}")
+    out.append(f"  message size      {_pcts(sharding.get('message_bytes'), format_bytes)}")
+    gap = sharding.get("layer_gap_s")
+    if gap is not None:
+        out.append(f"  per-layer gap     {_seconds(gap)} median between calls inside a step")
+    share = sharding.get("latency_share")
+    if share is not None:
+        lat = sharding.get("latency_per_collective_s")
+        src = str(sharding.get("latency_source", "")).replace("_", " ")
+        out.append(
+            f"  latency share     {share:.2%} of T: {_seconds(sharding.get('latency_per_step_s'))}"
+            f" a step at {_micro(lat)} per collective ({src})"
+        )
+    out += [f"  note: {n}" for n in sharding.get("notes") or []]
     return out
 
 

@@ -2,9 +2,10 @@
 
 One row for the job as this host saw it (S, N, T, B, D, V, the collective mix and the regime;
 for aperiodic traffic also λ, the inter-arrival CV and the burst size and duration
-percentiles), an ``alltoall`` and a ``pipeline`` row when the NCCL log has that traffic, one
-per NCCL communicator when a log was given, and one per what-if. A what-if rescales the
-measured step with the DOMAIN.md formulas (pure functions, no I/O):
+percentiles; with an NCCL log of AllReduce/AllGather/ReduceScatter the ZeRO stage, collectives
+per step, per-layer gap and latency share), an ``alltoall`` and a ``pipeline`` row when the
+NCCL log has that traffic, one per NCCL communicator when a log was given, and one per
+what-if. A what-if rescales the measured step with the DOMAIN.md formulas (pure functions, no I/O):
 
 * per-rank wire volume of a collective of S bytes on N ranks: S times the nccl-tests bus
   factor: 2(N-1)/N for AllReduce, (N-1)/N for AllGather, ReduceScatter and AlltoAll, 1 for
@@ -73,6 +74,10 @@ COLUMNS = (
     "burst_duration_p50_s",
     "burst_duration_p99_s",
     "pipeline_stages",
+    "zero_stage",
+    "collectives_per_step",
+    "layer_gap_s",
+    "latency_share",
 )
 
 
@@ -214,13 +219,15 @@ def planning_rows(
     arrivals: Mapping[str, Any] | None = None,
     alltoall: Mapping[str, Any] | None = None,
     pipeline: Mapping[str, Any] | None = None,
+    sharding: Mapping[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
     """The table: the job, its communicators, GPU-timed ops (Inspector), then each what-if.
 
     ``arrivals``, ``alltoall`` and ``pipeline`` are the ``analyze --json`` objects of those
     names: burst arrival statistics go into the job row when the traffic has no period (the
     inference view; a periodic job is described by T, B and D), the AlltoAll and pipeline
-    structure into rows of their own.
+    structure into rows of their own. ``sharding`` (the fine-tuning view: ZeRO stage,
+    collectives per step, per-layer gap, latency share) goes into the job row.
     """
     t, d = est.period_s, est.duty_cycle
     comm = d * t if t is not None and d is not None else None
@@ -251,6 +258,13 @@ def planning_rows(
             burst_bytes_p99=sizes.get("p99"),
             burst_duration_p50_s=durations.get("p50"),
             burst_duration_p99_s=durations.get("p99"),
+        )
+    if sharding:
+        job.update(
+            zero_stage=sharding.get("zero_stage"),
+            collectives_per_step=sharding.get("collectives_per_step"),
+            layer_gap_s=sharding.get("layer_gap_s"),
+            latency_share=sharding.get("latency_share"),
         )
     rows = [job]
     if alltoall:

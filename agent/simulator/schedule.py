@@ -107,6 +107,8 @@ def _training(p: JobParams, rng: np.random.Generator) -> Schedule:
         wire_bytes_per_iteration=allreduce_wire_bytes(size, p.nranks),
         nominal_period_s=p.period_s,
         inner_period_s=None,
+        zero_stage="ddp_or_zero1",  # AllReduce only
+        collectives_per_step=p.buckets,
     )
     return sched
 
@@ -157,6 +159,15 @@ def _finetune(p: JobParams, rng: np.random.Generator) -> Schedule:
         layer_spacing_backward_s=0.5 * (2 * layer_comm + 2 * p.layer_compute_s),
         nominal_period_s=p.period_s,
         inner_period_s=layer_comm + p.layer_compute_s,
+        # Two AllGathers (forward, backward) per ReduceScatter, per layer.
+        zero_stage="zero3_or_fsdp_full_shard",
+        allgather_per_step=2 * p.layers,
+        reduce_scatter_per_step=p.layers,
+        # Median gap between consecutive calls of a process inside a step. The 3L - 1 gaps
+        # are L - 1 of layer_comm (RS → next AG in backward), L of layer_comm + fwd (forward,
+        # and forward → backward) and L of layer_comm + bwd (AG → RS in backward): the median
+        # is in the middle group, layer_comm + fwd, at the nominal step length.
+        layer_gap_s=layer_comm + p.layer_compute_s,
     )
     return sched
 

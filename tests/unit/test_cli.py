@@ -136,3 +136,20 @@ def test_simulate_bursty_inference_reaches_analyze_and_the_table(
     job = next(r for r in rows if r["row"] == "job")
     assert job["arrival_pattern"] == "bursty"
     assert float(job["arrival_rate_hz"]) > 0
+
+
+def test_analyze_collective_latency_sets_the_finetune_latency_share(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "ft"
+    assert main(["simulate", "--scenario", "finetune", "--duration", "30", "--out", str(out)]) == 0
+    capsys.readouterr()
+    files = ["--counters", str(out / "counters.csv"), "--nccl-log", str(out / "nccl.log")]
+    shares = []
+    for latency in ("1e-5", "1e-4"):
+        assert main(["analyze", *files, "--json", "--collective-latency", latency]) == 0
+        sharding = json.loads(capsys.readouterr().out)["sharding"]
+        assert sharding["latency_source"] == "given"
+        assert sharding["latency_per_collective_s"] == float(latency)
+        shares.append(sharding["latency_share"])
+    assert shares[1] == pytest.approx(10 * shares[0])  # the share scales with the latency

@@ -1,0 +1,306 @@
+"""Fine-tuning (ZeRO / FSDP) characterisation from the NCCL log's per-call records.
+
+Sharded data parallelism replaces the one big gradient AllReduce of a step by a train of
+smaller ReduceScatter and AllGather calls, one or two per layer, so latency, not bandwidth,
+accumulates (DOMAIN.md, fine-tuning: 10 µs × 2 collectives × 100 layers ≈ 2 ms a step). This
+module reads, for the job's largest communicator, which ZeRO stage the collective mix implies,
+how many collectives a step makes, how big they are, how far apart they come (the per-layer
+gap) and what share of the step the per-collective latency costs. Pure: arrays in, a dataclass
+out.
+
+The stage rule counts calls of one process, summed over the window (a ratio, so T is not
+needed for it):
+
+* AllReduce and no ReduceScatter → ``ddp_or_zero1``: gradients are all-reduced whole. ZeRO-1
+  shards only the optimizer state and keeps that AllReduce (plus, in some implementations, an
+  AllGather of the updated parameters), so the log cannot tell it from DDP.
+* ReduceScatter + AllGather, AG/RS in [0.75, 1.35] → ``zero2``: gradients reduce-scattered in
+  the backward pass, parameters gathered once per step after the sharded optimizer step (also
+  FSDP ``SHARD_GRAD_OP``, which gathers in the forward pass only).
+* AG/RS in [1.65, 2.5] → ``zero3_or_fsdp_full_shard``: parameters are freed after use, so they
+  are gathered again in the backward pass: two AllGathers per ReduceScatter, per layer.
+* anything else → ``unknown`` with the reason: fewer than :data:`MIN_CALLS` of the deciding op,
+  no AllReduce/ReduceScatter/AllGather at all, ReduceScatter without AllGather, or a ratio in
+  between or above.
+
+Limits of the rule: frameworks bucket small layers into one call (DeepSpeed's
+``reduce_bucket_size`` / ``allgather_bucket_size``, FSDP wrapping units), which changes the
+calls per step but hardly the ratio as long as both directions bucket alike; ZeRO-3 keeps some
+parameters gathered between forward and backward (``stage3_max_reuse_distance``,
+``stage3_param_persistence_threshold``), which pulls the ratio below 2 (hence the band down to
+1.65); prefetching moves calls earlier, not their number; tensor-parallel AllGathers on the
+same communicator push the ratio up (on a separate, smaller TP communicator they are ignored:
+only the largest communicator is read). The band edges sit halfway (in log terms, roughly)
+between the ideal 1 and 2, so bucketing noise of ±30 % keeps the verdict.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from agent.arrivals import Percentiles, percentiles_json
+
+__all__ = [
+    "DEFAULT_LATENCY_S",
+    "MIN_CALLS",
+    "MIN_GAPS",
+    "STEP_GAP_FRACTION",
+    "ZERO2_RATIO",
+    "ZERO3_RATIO",
+    "ShardingStats",
+    "calls_per_step",
+    "latency_per_step",
+    "layer_gap",
+    "sharding_stats",
+    "zero_stage",
+]
+
+FloatArray = npt.NDArray[np.float64]
+
+#: Per-collective latency when nothing measured it: DOMAIN.md's example RTT (10 µs), about
+#: what a small NCCL collective costs across an InfiniBand/RoCE fabric.
+DEFAULT_LATENCY_S = 10e-6
+#: Fewest calls (per process) of the op that decides the stage; below, the mix says nothing.
+MIN_CALLS = 8
+#: Fewest in-step gaps for a per-layer gap.
+MIN_GAPS = 4
+#: AG/RS call ratio band of ZeRO-2 (one gather per reduce-scatter).
+ZERO2_RATIO = (0.75, 1.35)
+#: AG/RS call ratio band of ZeRO-3 / FSDP FULL_SHARD (gather in forward and in backward).
+ZERO3_RATIO = (1.65, 2.5)
+#: A gap between two calls longer than this fraction of T is a step boundary (the optimizer
+#: step, data loading), not a layer.
+STEP_GAP_FRACTION = 0.25
+
+_SHARDING_OPS = ("AllGather", "ReduceScatter")
+_STAGE_OPS = ("AllReduce", "AllGather", "ReduceScatter")
+
+
+def zero_stage(allreduce: float, allgather: float, reduce_scatter: float) -> tuple[str, str]:
+    """(stage, reason) from one process's call counts of the three ops (see the module doc)."""
+    if allreduce + allgather + reduce_scatter <= 0:
+        return "unknown", "no AllReduce, ReduceScatter or AllGather in the log"
+    if reduce_scatter <= 0:
+        if allreduce >= MIN_CALLS:
+            why = "AllReduce gradient sync, no ReduceScatter"
+            if allgather > 0:
+                why += " (the AllGathers: ZeRO-1's parameter gather or tensor parallel)"
+            return "ddp_or_zero1", why
+        if allgather > 0 and allreduce <= 0:
+            return "unknown", "AllGather without ReduceScatter or AllReduce: not a ZeRO pattern"
+        return "unknown", f"too few calls: {allreduce:.0f} AllReduce per process (< {MIN_CALLS})"
+    if allgather <= 0:
+        return "unknown", "ReduceScatter without AllGather: not a ZeRO pattern"
+    if reduce_scatter < MIN_CALLS:
+        return "unknown", (
+            f"too few calls: {reduce_scatter:.0f} ReduceScatter per process (< {MIN_CALLS})"
+        )
+    ratio = allgather / reduce_scatter
+    text = f"{ratio:.2f} AllGather per ReduceScatter"
+    if ZERO2_RATIO[0] <= ratio <= ZERO2_RATIO[1]:
+        return "zero2", f"{text}: parameters gathered once per step"
+    if ZERO3_RATIO[0] <= ratio <= ZERO3_RATIO[1]:
+        return "zero3_or_fsdp_full_shard", f"{text}: parameters gathered in forward and backward"
+    if ratio > ZERO3_RATIO[1]:
+        return "unknown", f"{text}: more than ZeRO-3 makes (tensor-parallel AllGathers mixed in?)"
+    if ratio < ZERO2_RATIO[0]:
+        return "unknown", f"{text}: fewer than one gather per reduce-scatter"
+    return "unknown", f"{text}: between ZeRO-2 (1) and ZeRO-3 (2)"
+
+
+def calls_per_step(times_s: FloatArray, period_s: float) -> tuple[float | None, int]:
+    """(median calls per step, complete steps) of one process's sorted call times.
+
+    The window is cut into consecutive periods of length T from the first call; the last,
+    incomplete one is dropped. A period boundary that falls inside a layer train moves a few
+    calls from one window to the next, so the median of the windows, not a mean, is reported
+    (most boundaries fall in the gap between steps when the train is shorter than T).
+    """
+    t = times_s[np.isfinite(times_s)]
+    if t.size < 2 or not (period_s > 0):
+        return None, 0
+    t = np.sort(t)
+    steps = int((t[-1] - t[0]) // period_s)
+    if steps < 1:
+        return None, 0
+    index = np.floor((t - t[0]) / period_s).astype(np.int64)
+    counts = np.bincount(index[index < steps], minlength=steps)
+    return float(np.median(counts)), steps
+
+
+def layer_gap(times_s: FloatArray, period_s: float | None) -> float | None:
+    """Median time between consecutive calls inside a step (gaps ≥ T/4 are step boundaries).
+
+    Without T every gap counts; one step boundary per train of tens of layers barely moves a
+    median.
+    """
+    t = np.sort(times_s[np.isfinite(times_s)])
+    gaps = np.diff(t)
+    if period_s is not None and period_s > 0:
+        gaps = gaps[gaps < STEP_GAP_FRACTION * period_s]
+    if gaps.size < MIN_GAPS:
+        return None
+    return float(np.median(gaps))
+
+
+def latency_per_step(collectives: float, latency_s: float) -> float:
+    """Latency a step pays: collectives per step × per-collective latency (DOMAIN.md)."""
+    return collectives * latency_s
+
+
+def _median(values: Sequence[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return float(np.median(known)) if known else None
+
+
+@dataclass(frozen=True)
+class ShardingStats:
+    """The ``"sharding"`` object of ``analyze --json``; None where the data cannot say.
+
+    Counts are per process of the largest communicator (the median over its processes on this
+    host). ``latency_share`` = collectives per step × ``latency_s`` / T.
+    """
+
+    comm: str | None
+    nranks: int | None
+    processes: int
+    stage: str
+    reason: str
+    calls_per_process: dict[str, float]
+    allgather_per_reduce_scatter: float | None
+    period_s: float | None
+    steps: int
+    collectives_per_step: float | None
+    allgather_per_step: float | None
+    reduce_scatter_per_step: float | None
+    message_bytes: Percentiles | None
+    layer_gap_s: float | None
+    latency_s: float
+    latency_source: str
+    latency_per_step_s: float | None
+    latency_share: float | None
+    notes: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON-ready dict (keys as in the README)."""
+        return {
+            "comm": self.comm,
+            "nranks": self.nranks,
+            "processes": self.processes,
+            "zero_stage": self.stage,
+            "reason": self.reason,
+            "calls_per_process": dict(self.calls_per_process),
+            "allgather_per_reduce_scatter": self.allgather_per_reduce_scatter,
+            "period_s": self.period_s,
+            "steps": self.steps,
+            "collectives_per_step": self.collectives_per_step,
+            "allgather_per_step": self.allgather_per_step,
+            "reduce_scatter_per_step": self.reduce_scatter_per_step,
+            "message_bytes": percentiles_json(self.message_bytes),
+            "layer_gap_s": self.layer_gap_s,
+            "latency_per_collective_s": self.latency_s,
+            "latency_source": self.latency_source,
+            "latency_per_step_s": self.latency_per_step_s,
+            "latency_share": self.latency_share,
+            "notes": list(self.notes),
+        }
+
+
+def sharding_stats(
+    ops: Sequence[str],
+    nbytes: FloatArray,
+    times_s: FloatArray,
+    process: Sequence[str],
+    *,
+    period_s: float | None,
+    comm: str | None = None,
+    nranks: int | None = None,
+    latency_s: float = DEFAULT_LATENCY_S,
+    latency_source: str = "default",
+) -> ShardingStats | None:
+    """Stage, per-step counts, sizes, layer gap and latency share of one communicator's calls.
+
+    ``ops``, ``nbytes`` (nccl-tests S, NaN if unknown), ``times_s`` (NaN if untimed) and
+    ``process`` hold one entry per COLL record. Calls other than AllReduce, AllGather and
+    ReduceScatter are ignored. None when there are none of those (nothing to characterise).
+    """
+    op_arr = np.asarray(ops, dtype=object)
+    proc_arr = np.asarray(process, dtype=object)
+    keep = np.isin(op_arr, _STAGE_OPS)
+    if not keep.any():
+        return None
+    op_arr, proc_arr = op_arr[keep], proc_arr[keep]
+    sizes = np.asarray(nbytes, dtype=np.float64)[keep]
+    times = np.asarray(times_s, dtype=np.float64)[keep]
+    names = sorted(set(proc_arr.tolist()))
+    n_proc = len(names)
+    per_proc = {op: float(np.sum(op_arr == op)) / n_proc for op in _STAGE_OPS}
+    stage, reason = zero_stage(
+        per_proc["AllReduce"], per_proc["AllGather"], per_proc["ReduceScatter"]
+    )
+    ratio = per_proc["AllGather"] / per_proc["ReduceScatter"] if per_proc["ReduceScatter"] else None
+    notes: list[str] = []
+    total_bytes = {op: float(np.nansum(sizes[op_arr == op])) for op in _STAGE_OPS}
+    if stage.startswith("zero") and total_bytes["AllReduce"] > (
+        total_bytes["AllGather"] + total_bytes["ReduceScatter"]
+    ):
+        notes.append("AllReduce carries most bytes: sharding mixed with plain data parallel")
+    # Per process: calls per step and in-step gaps (the sharding train, or every call for DDP).
+    t_ok = period_s is not None and period_s > 0
+    gap_ops = _SHARDING_OPS if per_proc["ReduceScatter"] else _STAGE_OPS
+    all_steps: list[float | None] = []
+    ag_steps: list[float | None] = []
+    rs_steps: list[float | None] = []
+    gaps: list[float | None] = []
+    steps_seen = 0
+    timed = bool(np.isfinite(times).any())
+    for name in names:
+        mine = proc_arr == name
+        if t_ok and timed:
+            assert period_s is not None
+            n, steps = calls_per_step(times[mine], period_s)
+            all_steps.append(n)
+            ag_steps.append(calls_per_step(times[mine & (op_arr == "AllGather")], period_s)[0])
+            rs_steps.append(calls_per_step(times[mine & (op_arr == "ReduceScatter")], period_s)[0])
+            steps_seen = max(steps_seen, steps)
+        gaps.append(layer_gap(times[mine & np.isin(op_arr, gap_ops)], period_s))
+    if not timed:
+        notes.append("the NCCL log has no timestamps: no calls per step or layer gap")
+    elif not t_ok:
+        notes.append("no sync period T: no calls per step or latency share")
+    per_step = _median(all_steps)
+    lat_step = latency_per_step(per_step, latency_s) if per_step is not None else None
+    share = lat_step / period_s if lat_step is not None and period_s else None
+    if latency_source.startswith("inspector"):
+        notes.append(
+            "latency from the Inspector's P50 kernel time, which includes the transfer: "
+            "the share is then the collectives' whole time in the step"
+        )
+    finite = sizes[np.isfinite(sizes)]
+    return ShardingStats(
+        comm=comm,
+        nranks=nranks,
+        processes=n_proc,
+        stage=stage,
+        reason=reason,
+        calls_per_process={op: v for op, v in per_proc.items() if v > 0},
+        allgather_per_reduce_scatter=ratio,
+        period_s=period_s if t_ok else None,
+        steps=steps_seen,
+        collectives_per_step=per_step,
+        allgather_per_step=_median(ag_steps) if per_proc["AllGather"] else None,
+        reduce_scatter_per_step=_median(rs_steps) if per_proc["ReduceScatter"] else None,
+        message_bytes=Percentiles.of(finite),
+        layer_gap_s=_median(gaps),
+        latency_s=latency_s,
+        latency_source=latency_source,
+        latency_per_step_s=lat_step,
+        latency_share=share if share is None or math.isfinite(share) else None,
+        notes=tuple(notes),
+    )

@@ -76,7 +76,9 @@ class AgentSection:
         120.0, "Seconds of history each estimate looks at; hold at least 3 periods of T."
     )
     queue_size: int = doc(
-        8192, "Readings buffered between sources and windows; overflow is counted."
+        8192,
+        "Readings buffered between sources and windows, an equal share per source (a flooding "
+        "source loses its own readings); overflow is counted.",
     )
     idle_bytes_per_s: float = doc(10e6, "Below this mean rate, with no period, the host is idle.")
     hostname: str = doc("", "Host name in MQTT topics; empty: the system's host name.")

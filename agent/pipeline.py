@@ -218,6 +218,7 @@ class Pipeline:
         self._state = self._new_state(self._cfg)
         self._state.health = {name: SourceHealth(name) for name in self._sources}
         self._queue: asyncio.Queue[tuple[str, Reading]] = asyncio.Queue(self._cfg.queue_size)
+        self._queued: dict[str, int] = {}  # readings of each source waiting in the queue
         self._tracker = PeriodTracker()
         self._stop = asyncio.Event()
         self._estimates = 0
@@ -302,11 +303,18 @@ class Pipeline:
         health = self._state.health.setdefault(name, SourceHealth(name))
 
         def emit(reading: Reading) -> None:
+            # Each source may hold its share of the queue at most: a source that floods it
+            # (a log burst, a stuck loop) loses its own readings, never the others'.
+            share = max(1, self._cfg.queue_size // max(1, len(self._sources)))
+            if self._queued.get(name, 0) >= share:
+                health.dropped += 1
+                return
             try:
                 self._queue.put_nowait((name, reading))
             except asyncio.QueueFull:
                 health.dropped += 1
                 return
+            self._queued[name] = self._queued.get(name, 0) + 1
             health.readings += 1
             health.up = True
             health.last_reading_s = self._clock.now()
@@ -362,6 +370,7 @@ class Pipeline:
     async def _consume(self) -> None:
         while True:
             source, reading = await self._queue.get()
+            self._queued[source] -= 1
             st = self._state  # re-read: a reload may have replaced the windows
             if isinstance(reading, CounterReading):
                 st.counter_window(source).add(reading)

@@ -87,6 +87,8 @@ def test_pipeline_estimates_and_isolates_a_failing_source() -> None:
     assert health["broken"].errors >= 3  # retried with backoff, never fatal
     assert "device vanished" in (health["broken"].last_error or "")
     assert health["flood"].dropped > 0  # the bounded queue counted what it refused
+    # ... and the flood lost its own readings, not the square wave's (fair share of the queue)
+    assert health["square"].dropped == 0
     assert len(seen) >= 8
     assert all(math.isfinite(s.estimator_seconds) for s in seen)
 

@@ -12,8 +12,11 @@ import json
 import os
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import require_component
 from tests.integration.conftest import RATE_BYTES, Link
@@ -167,3 +170,72 @@ def test_a_missing_interface_is_named() -> None:
     assert done.stdout.startswith("SourceUnavailable"), done.stdout
     assert "no interface named 'cpnone0'" in done.stdout
     assert "no interface named 'cpnone1'" in done.stdout
+
+
+def _scrape(ns: str, port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """One /metrics scrape from inside the namespace, as samples."""
+    done = subprocess.run(
+        ["ip", "netns", "exec", ns, sys.executable, "-c",
+         f"import urllib.request; print(urllib.request.urlopen("
+         f"'http://127.0.0.1:{port}/metrics', timeout=5).read().decode())"],
+        capture_output=True, text=True, timeout=30, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for fam in text_string_to_metric_families(done.stdout)
+        for s in fam.samples
+    }
+
+
+def test_the_daemon_serves_capture_metrics(veth_pair: Link, tmp_path: Path) -> None:
+    """`commpulse run` with only the capture source: what a Prometheus scrape gets."""
+    port = 19199  # inside the receiver's own network namespace: nothing else listens there
+    config = tmp_path / "capture.toml"
+    config.write_text(
+        f'[agent]\nstate_dir = "{tmp_path / "state"}"\n'
+        f'[exporters.prometheus]\nlisten_address = "127.0.0.1"\nport = {port}\n'
+        "[sources.nic_counters]\nenabled = false\n[sources.rdma_counters]\nenabled = false\n"
+        f'[sources.packet_capture]\nenabled = true\ninterfaces = ["{veth_pair.receiver_if}"]\n'
+    )
+    env = {**os.environ, "PYTHONPATH": os.getcwd()}
+    daemon = subprocess.Popen(
+        ["ip", "netns", "exec", veth_pair.receiver_ns, sys.executable, "-m", "agent", "run",
+         "--config", str(config)],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+    )  # fmt: skip
+    try:
+        train = subprocess.Popen(
+            ["ip", "netns", "exec", veth_pair.sender_ns, sys.executable, "-m",
+             "tests.integration.burst_sender", veth_pair.receiver_ip, "9", str(PERIOD),
+             str(DUTY), "9"],
+            env=env,
+        )  # fmt: skip
+        time.sleep(7.5)
+        during = _scrape(veth_pair.receiver_ns, port)  # while the train runs
+        assert train.wait(timeout=30) == 0
+        _send(
+            veth_pair.sender_ns, "tests.integration.roce_sender",
+            veth_pair.receiver_ip, "20", str(ROCE_QP), "5", str(CNP_QP),
+        )  # fmt: skip
+        # Totals reach /metrics within a few hops (1 s totals, 0.1 s hand-over, 1 s hops).
+        roce = ("commpulse_capture_packets_total", (("kind", "roce"),))
+        deadline = time.monotonic() + 15
+        after = _scrape(veth_pair.receiver_ns, port)
+        while after.get(roce) != 25.0 and time.monotonic() < deadline:
+            time.sleep(0.5)
+            after = _scrape(veth_pair.receiver_ns, port)
+    finally:
+        daemon.terminate()
+        out, _ = daemon.communicate(timeout=30)
+    assert during[("commpulse_source_up", (("source", "packet_capture"),))] == 1.0, out
+    assert during[("commpulse_sync_period_seconds", ())] == pytest.approx(PERIOD, rel=0.02)
+    assert during[("commpulse_duty_cycle_ratio", ())] == pytest.approx(DUTY, abs=0.05)
+    assert after[roce] == 25.0
+    assert after[("commpulse_capture_packets_total", (("kind", "cnp"),))] == 5.0
+    assert after[("commpulse_capture_dropped_packets_total", ())] == 0.0
+    assert after[("commpulse_capture_queue_pairs", ())] == 2.0
+    rx = (("device", veth_pair.receiver_if), ("direction", "rx"), ("port", ""),
+          ("source", "packet_capture"))  # fmt: skip
+    # 9 s of bursts at 200 Mbit/s for 0.3 of the time: ~20 MB, whatever the sender managed
+    assert after[("commpulse_device_bytes_total", rx)] > 9 * DUTY * RATE_BYTES * 0.5

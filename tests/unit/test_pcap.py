@@ -805,9 +805,8 @@ def test_random_bytes_raise_only_input_format_error(data: bytes) -> None:
             parse_capture(prefix + data)
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(data=st.data())
-def test_mutated_files_raise_only_input_format_error(data: st.DataObject) -> None:
+def _mutated_valid_file(data: st.DataObject) -> bytearray:
+    """One of VALID_FILES with up to six random flips, sets, inserts, deletions or a cut."""
     buf = bytearray(data.draw(st.sampled_from(VALID_FILES)))
     for _ in range(data.draw(st.integers(1, 6))):
         kind = data.draw(st.sampled_from(["flip", "set", "insert", "delete", "cut"]))
@@ -822,6 +821,13 @@ def test_mutated_files_raise_only_input_format_error(data: st.DataObject) -> Non
             del buf[i : i + data.draw(st.integers(1, 8))]
         elif kind == "cut":
             del buf[i:]
+    return buf
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_mutated_files_raise_only_input_format_error(data: st.DataObject) -> None:
+    buf = _mutated_valid_file(data)
     try:
         cap = parse_capture(bytes(buf))
     except InputFormatError:
@@ -1365,20 +1371,7 @@ def test_vector_reader_matches_per_record_reader_pcapng(data: st.DataObject) -> 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_vector_reader_matches_per_record_reader_on_mutated_files(data: st.DataObject) -> None:
-    buf = bytearray(data.draw(st.sampled_from(VALID_FILES)))
-    for _ in range(data.draw(st.integers(1, 6))):
-        kind = data.draw(st.sampled_from(["flip", "set", "insert", "delete", "cut"]))
-        i = data.draw(st.integers(0, max(0, len(buf) - 1)))
-        if kind == "flip" and buf:
-            buf[i] ^= 1 << data.draw(st.integers(0, 7))
-        elif kind == "set" and buf:
-            buf[i] = data.draw(st.integers(0, 255))
-        elif kind == "insert":
-            buf[i:i] = data.draw(st.binary(min_size=1, max_size=8))
-        elif kind == "delete":
-            del buf[i : i + data.draw(st.integers(1, 8))]
-        elif kind == "cut":
-            del buf[i:]
+    buf = _mutated_valid_file(data)
     assert_same_outcome(bytes(buf))
 
 

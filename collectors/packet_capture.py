@@ -55,7 +55,8 @@ from agent.clock import Clock
 from agent.errors import ConfigError, SourceError, SourceUnavailable
 from collectors._base import CounterReading, DeviceInfo, Emit, Reading, SourceStats
 from collectors._config import check_interval, doc
-from collectors._sysfs import parse_sysfs_int, read_attr
+from collectors._sysfs import read_attr
+from collectors.nic_counters import parse_speed
 from collectors.pcap import LINKTYPE_ETHERNET, LINKTYPE_RAW, ack_counts, decode_columns
 
 __all__ = [
@@ -473,7 +474,6 @@ class _Ring:
     def __init__(self, name: str, cfg: CaptureConfig) -> None:
         self.name = name
         self.kernel_drops = 0
-        self.kernel_packets = 0
         self._next = 0
         try:
             ifindex = socket.if_nametoindex(name)
@@ -550,10 +550,9 @@ class _Ring:
         return int(self.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR))
 
     def read_stats(self) -> None:
-        """Add the kernel's counters since the last read (PACKET_STATISTICS resets them)."""
+        """Add the kernel's ring drops since the last read (PACKET_STATISTICS resets them)."""
         raw = self.sock.getsockopt(SOL_PACKET, PACKET_STATISTICS, _STATS_V3.size)
-        packets, drops, _freeze = _STATS_V3.unpack(raw)
-        self.kernel_packets += packets
+        _packets, drops, _freeze = _STATS_V3.unpack(raw)
         self.kernel_drops += drops
 
     def close(self) -> None:
@@ -566,8 +565,7 @@ class _Ring:
 
 
 def _link_speed(sysfs_root: Path, name: str) -> float | None:
-    mbps = parse_sysfs_int(read_attr(sysfs_root / "class" / "net" / name / "speed") or b"")
-    return mbps * 1e6 / 8.0 if mbps is not None and mbps > 0 else None
+    return parse_speed(read_attr(sysfs_root / "class" / "net" / name / "speed") or b"")
 
 
 # ------------------------------------------------------------------------------------------
@@ -592,7 +590,6 @@ class _Worker:
         self.rings: dict[str, _Ring] = {}
         self.handover_drops = 0
         self.closed_drops = 0  # kernel drops of rings since closed
-        self.closed_packets = 0
         self.binner = ByteBinner(cfg.interfaces, cfg.bin_s, scale=cfg.sample_every)
         self.tally = TrafficTally(scale=cfg.sample_every, window_s=cfg.flow_window_s)
         self._offset = 0.0
@@ -699,7 +696,6 @@ class _Worker:
         with contextlib.suppress(OSError):
             ring.read_stats()
         self.closed_drops += ring.kernel_drops
-        self.closed_packets += ring.kernel_packets
         ring.close()
 
     def _slow(self, now: float) -> list[Reading]:

@@ -359,7 +359,6 @@ class FakeRing:
         self.hatype = 1
         self.ifindex = 999_999
         self.kernel_drops = 3
-        self.kernel_packets = 0
         self.closed = False
 
     def fileno(self) -> int:

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 import numpy as np
 import numpy.typing as npt
 
 __all__ = [
     "CallBatch",
+    "CallKey",
     "CollectiveCall",
     "CounterReading",
     "DeviceInfo",
@@ -86,6 +87,25 @@ class CollectiveCall:
     comm_id: str | None = None
 
 
+class CallKey(NamedTuple):
+    """Who made a call and to whom: what the regime statistics need beyond time and size.
+
+    ``peer`` is the peer rank of a Send or Recv (the COLL line's ``root``), -1 for every other
+    op; ``rank`` is the caller's rank in ``comm`` from its Init line (None when the log had
+    none).
+    """
+
+    op: str
+    process: str  # "host:pid"
+    comm: str  # the communicator's pointer as the log prints it
+    nranks: int | None
+    peer: int
+    rank: int | None
+
+
+_NO_KEYS: npt.NDArray[np.int32] = np.empty(0, dtype=np.int32)
+
+
 @dataclass(frozen=True, slots=True)
 class CallBatch:
     """Many collective calls at once (a tailer sweep): cheaper than one reading per call.
@@ -93,7 +113,8 @@ class CallBatch:
     ``times`` and ``s_bytes`` hold one entry per call (NaN bytes where S is unknown); ``ops``
     maps op → (calls, bytes) within the batch. ``comm_id`` is the commId of the largest
     communicator that made a call in the batch (the job's world communicator), when an Init line
-    named it.
+    named it. ``key_ids`` (one per call, indexing ``keys``) says who made each call and to
+    whom; both are empty when the producer cannot say.
     """
 
     times: npt.NDArray[np.float64]
@@ -102,6 +123,8 @@ class CallBatch:
     nranks: int | None
     processes: frozenset[str]
     comm_id: str | None = None
+    key_ids: npt.NDArray[np.int32] = field(default_factory=lambda: _NO_KEYS)
+    keys: tuple[CallKey, ...] = ()
 
     @property
     def time_s(self) -> float:

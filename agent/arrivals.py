@@ -29,15 +29,16 @@ Thresholds (evidence: ``tests/unit/test_arrivals.py``, simulated over seeds and 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from agent.bursts import MIN_CORE_SAMPLES, BurstStats, burst_stats
+from agent.bursts import MIN_CORE_SAMPLES, BurstStats, burst_stats, on_runs
 
 __all__ = [
+    "ARRIVAL_PATTERNS",
     "BURSTY_CV",
     "MIN_INTERVALS",
     "PERIODIC_CV",
@@ -52,12 +53,16 @@ __all__ = [
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 
+_EMPTY: FloatArray = np.empty(0)
+
 #: CV of the idle gaps below which arrivals are called periodic.
 PERIODIC_CV = 0.3
 #: CV from which arrivals are as irregular as a Poisson process.
 POISSON_CV = 0.7
 #: CV from which arrivals are clustered (bursty).
 BURSTY_CV = 1.5
+#: Every verdict :func:`arrival_verdict` gives (the exporter's bounded label set).
+ARRIVAL_PATTERNS = ("periodic", "regular", "poisson", "bursty")
 #: Fewest gaps for a verdict: with fewer, the sample CV of a Poisson process spreads over
 #: more than one class.
 MIN_INTERVALS = 8
@@ -109,6 +114,12 @@ class ArrivalStats:
     busy_ratio: float | None
     resolved: bool
     notes: tuple[str, ...] = ()
+    #: Per complete burst (one that began and ended inside the window), in time order: start
+    #: offset from the series' first sample, bytes above the background, and duration (NaN
+    #: where durations are not resolved). The live agent tallies each burst once from these.
+    burst_starts_s: FloatArray = field(default_factory=lambda: _EMPTY, compare=False, repr=False)
+    burst_bytes: FloatArray = field(default_factory=lambda: _EMPTY, compare=False, repr=False)
+    burst_seconds: FloatArray = field(default_factory=lambda: _EMPTY, compare=False, repr=False)
 
     def to_json(self) -> dict[str, Any]:
         """The ``"arrivals"`` object of ``analyze --json``."""
@@ -143,12 +154,6 @@ def arrival_verdict(cv: float | None) -> str | None:
     return "bursty"
 
 
-def _runs(mask: npt.NDArray[np.bool_]) -> tuple[IntArray, IntArray]:
-    padded = np.concatenate(([False], mask, [False]))
-    change = np.flatnonzero(padded[1:] != padded[:-1])
-    return change[0::2].astype(np.int64), change[1::2].astype(np.int64)
-
-
 def _cv(x: FloatArray) -> float | None:
     if x.size < 2:
         return None
@@ -164,21 +169,26 @@ def _burst_sizes(
     A counter sample that straddles a burst edge holds part of the burst: each run is widened
     by one sample on both sides (never into a neighbour's run), and every edge sample counts
     for the fraction of the on level it reached. Interior samples count as whole samples.
+    Vectorised over the runs (a busy inference window holds thousands).
     """
     n = x.size
     height = stats.on_level - stats.off_level
     frac = np.clip((x - stats.off_level) / height, 0.0, 1.0) if height > 0 else np.zeros(n)
-    excess = x - stats.off_level
-    sizes = np.empty(starts.size)
-    durations = np.empty(starts.size)
-    for k, (s, e) in enumerate(zip(starts.tolist(), ends.tolist(), strict=True)):
-        lo = s - 1 if s >= 1 and (k == 0 or ends[k - 1] < s - 1) else s
-        hi = e + 1 if e < n and (k + 1 == starts.size or starts[k + 1] > e) else e
-        sizes[k] = float(np.sum(excess[lo:hi])) * dt
-        edges = {lo, s, e - 1, hi - 1}
-        inner = max(0, (e - 1) - (s + 1))  # samples strictly between the first and last on
-        durations[k] = (inner + float(np.sum(frac[sorted(edges)]))) * dt
-    return sizes, durations
+    cum = np.concatenate(([0.0], np.cumsum(x - stats.off_level)))
+    if starts.size == 0:
+        return np.empty(0), np.empty(0)
+    prev_end = np.concatenate(([-2], ends[:-1]))  # -2: no neighbour before the first run
+    next_start = np.concatenate((starts[1:], [n + 2]))
+    lo = np.where((starts >= 1) & (prev_end < starts - 1), starts - 1, starts)
+    hi = np.where((ends < n) & (next_start > ends), ends + 1, ends)
+    sizes = (cum[hi] - cum[lo]) * dt
+    last = ends - 1
+    # The distinct samples among lo <= start <= last <= hi - 1, each counted by its share.
+    edge = frac[lo] + np.where(starts != lo, frac[starts], 0.0)
+    edge += np.where(last != starts, frac[last], 0.0)
+    edge += np.where(hi - 1 != last, frac[hi - 1], 0.0)
+    inner = np.maximum(0, (ends - 1) - (starts + 1))
+    return sizes, (inner + edge) * dt
 
 
 #: Coarsest rebinning tried when the native grid shows no bursts (×2, ×4, ... up to this).
@@ -272,7 +282,7 @@ def _at_resolution(
             ),
         )
         return empty
-    starts, ends = _runs(bs.on_mask)
+    starts, ends = on_runs(bs.on_mask)
     finite = np.isfinite(x)
     filled = np.where(finite, x, bs.off_level)
     sizes, durations = _burst_sizes(filled, starts, ends, bs, dt)
@@ -310,4 +320,7 @@ def _at_resolution(
         busy_ratio=float(durations.sum() / window) if window > 0 else None,
         resolved=resolved,
         notes=tuple(notes),
+        burst_starts_s=begin[complete] - 0.5 * dt,
+        burst_bytes=sizes[complete],
+        burst_seconds=durations[complete] if resolved else np.full(int(complete.sum()), np.nan),
     )

@@ -25,7 +25,7 @@ import numpy.typing as npt
 
 from agent.levels import boxcar, erode, level_noise, separation, two_means
 
-__all__ = ["BurstStats", "burst_stats"]
+__all__ = ["MIN_CORE_SAMPLES", "BurstStats", "burst_stats", "on_runs"]
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -57,7 +57,7 @@ class BurstStats:
         return self.on_ratio is not None and self.bursts > 0
 
 
-def _runs(mask: npt.NDArray[np.bool_]) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+def on_runs(mask: npt.NDArray[np.bool_]) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
     """Start and end (exclusive) indices of the True runs of ``mask``."""
     padded = np.concatenate(([False], mask, [False]))
     change = np.flatnonzero(padded[1:] != padded[:-1])
@@ -75,7 +75,7 @@ def _structured(values: FloatArray, lo: float, hi: float) -> bool:
     p = float(high.mean())
     if p <= 0.0 or p >= 1.0:
         return False
-    starts, ends = _runs(high)
+    starts, ends = on_runs(high)
     mean_run = float(np.mean(ends - starts))
     return mean_run >= max(2.0, 2.0 / (1.0 - p))
 
@@ -127,10 +127,10 @@ def burst_stats(
     radius = width // 2 + 1
     on_core = erode(on, radius)
     off_core = erode(off, radius)
-    starts, ends = _runs(on)
+    starts, ends = on_runs(on)
     bursts = int(starts.size)
     mean_burst = float(np.mean(ends - starts) * dt) if bursts else None
-    gap_starts, gap_ends = _runs(off)
+    gap_starts, gap_ends = on_runs(off)
     mean_gap = float(np.mean(gap_ends - gap_starts) * dt) if gap_starts.size else None
 
     on_vals = x[on_core]

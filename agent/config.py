@@ -81,6 +81,11 @@ class AgentSection:
         "source loses its own readings); overflow is counted.",
     )
     idle_bytes_per_s: float = doc(10e6, "Below this mean rate, with no period, the host is idle.")
+    collective_latency_s: float = doc(
+        10e-6,
+        "Latency of one small collective on this fabric, for the fine-tuning latency share "
+        "(collectives per step × this / T); measure it with nccl-tests at small sizes.",
+    )
     hostname: str = doc("", "Host name in MQTT topics; empty: the system's host name.")
     job_id: str = doc(
         "",
@@ -103,6 +108,8 @@ class AgentSection:
             raise ConfigError("agent.queue_size must be between 64 and 10000000")
         if self.idle_bytes_per_s < 0:
             raise ConfigError("agent.idle_bytes_per_s must not be negative")
+        if not 0 < self.collective_latency_s <= 1:
+            raise ConfigError("agent.collective_latency_s must be between 0 and 1 second")
         if len(self.job_id) > 128 or not self.job_id.isprintable():
             raise ConfigError("agent.job_id must be printable and at most 128 characters")
 

@@ -64,6 +64,8 @@ def pipeline_settings(config: Config) -> PipelineSettings:
         job_id=config.agent.job_id,
         queue_size=config.agent.queue_size,
         counter_rate_hz=max(rates, default=100.0),
+        idle_bytes_per_s=config.agent.idle_bytes_per_s,
+        collective_latency_s=config.agent.collective_latency_s,
     )
 
 

@@ -23,10 +23,12 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from agent import __version__
+from agent.arrivals import ARRIVAL_PATTERNS, Percentiles
 from agent.http import MetricsServer
 from agent.pipeline import Snapshot, SnapshotStore
 from agent.regime import REGIMES
-from agent.windows import EXEC_TIME_BOUNDS, DeviceStatus
+from agent.sharding import ZERO_STAGES
+from agent.windows import EXEC_TIME_BOUNDS, DeviceStatus, SizeHistogram
 from collectors.rdma_counters import HW_COUNTERS
 
 __all__ = ["SnapshotCollector", "metrics_registry", "start_metrics_server"]
@@ -66,6 +68,7 @@ class SnapshotCollector(Collector):
         yield from _job_families(snap)
         yield from _nccl_families(snap)
         yield from _capture_families(snap)
+        yield from _regime_families(snap)
         yield from _device_families(snap.devices)
         est = snap.estimate
         if est is None:
@@ -325,6 +328,143 @@ def _capture_families(snap: Snapshot) -> Iterator[Metric]:
         gauge = _gauge(f"commpulse_capture_{name}", doc, stats.get(name, default))
         assert gauge is not None
         yield gauge
+
+
+def _state_set(name: str, doc: str, label: str, states: tuple[str, ...], now: str) -> Metric:
+    """1 for the current state, 0 for every other one of a fixed set (bounded labels)."""
+    g = GaugeMetricFamily(name, doc, labels=[label])
+    for state in states:
+        g.add_metric([state], 1.0 if state == now else 0.0)
+    return g
+
+
+def _percentiles(name: str, doc: str, p: Percentiles | None) -> Iterator[Metric]:
+    """P50/P90/P99 of a window as one gauge with a ``percentile`` label; nothing when unknown.
+
+    Not a summary's ``quantile``: those belong to a summary with cumulative count and sum,
+    and these are a sliding window's (the histograms next to them are the cumulative view).
+    """
+    if p is None:
+        return
+    g = GaugeMetricFamily(name, doc, labels=["percentile"])
+    for q, v in (("50", p.p50), ("90", p.p90), ("99", p.p99)):
+        g.add_metric([q], v)
+    yield g
+
+
+def _histogram(name: str, doc: str, h: SizeHistogram | None) -> Iterator[Metric]:
+    if h is None:
+        return
+    hist = HistogramMetricFamily(name, doc)
+    hist.add_metric([], _buckets(h.bounds, h.counts), sum_value=h.total_bytes)
+    yield hist
+
+
+def _regime_families(snap: Snapshot) -> Iterator[Metric]:
+    """The parameters each regime is judged by (DOMAIN.md), each absent when unknown.
+
+    Inference: burst arrival rate, burst size and duration (window percentiles, and histograms
+    since the start for PromQL's histogram_quantile), the arrival pattern; AlltoAll rate and
+    size. Fine-tuning: ZeRO stage, collectives per step, per-layer gap, latency share. Pipeline
+    parallel: stages, micro-batches per step, bubble share.
+    """
+    yield from _histogram(
+        "commpulse_burst_size_bytes",
+        "Bytes above the background of each communication burst seen end, since the agent "
+        "started (each burst counted once).",
+        snap.burst_bytes,
+    )
+    yield from _histogram(
+        "commpulse_burst_duration_seconds",
+        "Duration of each communication burst seen end, since the agent started (only bursts "
+        "long enough for the poll rate to resolve).",
+        snap.burst_seconds,
+    )
+    rp = snap.regime
+    if rp is None:
+        return
+    arr = rp.arrivals
+    if arr is not None:
+        for fam in (
+            _gauge("commpulse_burst_arrivals_per_second", "λ: communication bursts starting "
+                   "per second over the window.", arr.arrival_rate_hz),
+            _gauge("commpulse_burst_gap_cv", "Coefficient of variation of the idle gaps "
+                   "between bursts: ~0 periodic, ~1 Poisson, > 1.5 bursty.", arr.gap_cv),
+        ):  # fmt: skip
+            if fam is not None:
+                yield fam
+        if arr.verdict is not None:
+            yield _state_set(
+                "commpulse_burst_arrival_pattern",
+                "1 for the arrival pattern of the window's bursts (from the idle-gap CV), 0 for "
+                "the others.",
+                "pattern",
+                ARRIVAL_PATTERNS,
+                arr.verdict,
+            )
+        yield from _percentiles(
+            "commpulse_burst_size_window_bytes",
+            "Burst size (bytes above the background) over the window, by percentile.",
+            arr.size_bytes,
+        )
+        yield from _percentiles(
+            "commpulse_burst_duration_window_seconds",
+            "Burst duration over the window, by percentile (absent when the poll rate cannot "
+            "resolve it).",
+            arr.duration_s,
+        )
+    sh = rp.sharding
+    if sh is not None:
+        yield _state_set(
+            "commpulse_zero_stage",
+            "1 for the ZeRO stage the collective mix of the largest communicator implies, 0 for "
+            "the others.",
+            "stage",
+            ZERO_STAGES,
+            sh.stage,
+        )
+        for fam in (
+            _gauge("commpulse_collectives_per_step", "Collectives a process of the largest "
+                   "communicator makes per step (median).", sh.collectives_per_step),
+            _gauge("commpulse_allgather_per_reduce_scatter", "AllGather calls per "
+                   "ReduceScatter call: 1 for ZeRO-2, 2 for ZeRO-3 / FSDP full shard.",
+                   sh.allgather_per_reduce_scatter),
+            _gauge("commpulse_layer_gap_seconds", "Median time between consecutive "
+                   "collectives inside a step (the per-layer spacing).", sh.layer_gap_s),
+            _gauge("commpulse_collective_latency_ratio", "Share of a step the per-collective "
+                   "latency costs: collectives per step × agent.collective_latency_s / T.",
+                   sh.latency_share),
+        ):  # fmt: skip
+            if fam is not None:
+                yield fam
+    a2a = rp.alltoall
+    if a2a is not None:
+        rate = _gauge(
+            "commpulse_alltoall_calls_per_second",
+            "AlltoAll calls per rank per second over the window (named AlltoAll and grouped "
+            "Send/Recv to every peer alike).",
+            a2a.call_rate_hz,
+        )
+        if rate is not None:
+            yield rate
+        yield from _percentiles(
+            "commpulse_alltoall_message_window_bytes",
+            "AlltoAll size S (nccl-tests definition) over the window, by percentile.",
+            a2a.message_bytes,
+        )
+    pipe = rp.pipeline
+    if pipe is not None:
+        for fam in (
+            _gauge("commpulse_pipeline_stages", "Pipeline stages, from the Send/Recv peers' "
+                   "rank distance.", pipe.stages),
+            _gauge("commpulse_pipeline_micro_batches_per_step", "Forward hand-offs per step of "
+                   "the busiest stage (micro-batches × model chunks).", pipe.micro_batches),
+            _gauge("commpulse_pipeline_bubble_ratio", "Share of a step a stage idles in the "
+                   "pipeline schedule: (stages − 1) / (micro-batches + stages − 1).",
+                   pipe.bubble_ratio),
+        ):  # fmt: skip
+            if fam is not None:
+                yield fam
 
 
 def _buckets(bounds: tuple[float, ...], counts: tuple[int, ...]) -> list[tuple[str, float]]:

@@ -26,6 +26,7 @@ import numpy as np
 import numpy.typing as npt
 
 from agent.arrivals import Percentiles, percentiles_json
+from agent.sharding import calls_per_step
 
 __all__ = [
     "MIN_GROUP_PEERS",
@@ -34,6 +35,7 @@ __all__ = [
     "P2PCall",
     "PipelineStats",
     "alltoall_stats",
+    "bubble_ratio",
     "group_alltoalls",
     "pipeline_stats",
 ]
@@ -211,7 +213,13 @@ def alltoall_stats(
 
 @dataclass(frozen=True)
 class PipelineStats:
-    """Pipeline (P2P) structure: stage count when the peers reveal it, else why not."""
+    """Pipeline (P2P) structure: stage count when the peers reveal it, else why not.
+
+    ``micro_batches`` is forward hand-offs per step (the busiest stage's, so v·m with an
+    interleaved schedule of v chunks per stage); ``bubble_ratio`` the share of a step the
+    schedule leaves a stage idle, (p − 1) / (v·m + p − 1) for GPipe / 1F1B (interleaved 1F1B
+    divides the bubble by v). Both need T and the stage count.
+    """
 
     stages: int | None
     rank_stride: int | None
@@ -220,6 +228,8 @@ class PipelineStats:
     message_bytes: Percentiles | None
     stages_here: tuple[int, ...]
     reason: str | None
+    micro_batches: float | None = None
+    bubble_ratio: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The ``"pipeline"`` object of ``analyze --json``."""
@@ -231,11 +241,43 @@ class PipelineStats:
             "message_bytes": percentiles_json(self.message_bytes),
             "stages_here": list(self.stages_here),
             "reason": self.reason,
+            "micro_batches_per_step": self.micro_batches,
+            "bubble_ratio": self.bubble_ratio,
         }
 
 
-def pipeline_stats(calls: Sequence[P2PCall]) -> PipelineStats | None:
+def bubble_ratio(stages: int, micro_batches: float) -> float:
+    """Idle share of a pipeline step: (p − 1) / (m + p − 1) (GPipe and 1F1B alike).
+
+    ``micro_batches`` is forward hand-offs per step per stage, v·m for an interleaved
+    schedule of v model chunks per stage, whose bubble is v times smaller (Narayanan et al.,
+    SC'21): the same formula covers both.
+    """
+    return (stages - 1) / (micro_batches + stages - 1)
+
+
+def _forward_sends_per_step(
+    ranked: Sequence[P2PCall], stride: int, n: int, period_s: float
+) -> float | None:
+    """Forward Sends (to the next stage, or wrapping from the last to the first) per step.
+
+    The busiest rank counts: with an interleaved schedule, the last stage sends one chunk
+    fewer than the others, and the last stage of a plain schedule sends none forward.
+    """
+    by_rank: dict[tuple[str, str], list[float]] = {}  # a process may drive several ranks
+    for c in ranked:
+        if c.op == "Send" and c.rank is not None and (c.peer - c.rank) % n == stride:
+            by_rank.setdefault((c.process, c.comm), []).append(c.time_s)
+    counts = [calls_per_step(np.asarray(t), period_s)[0] for t in by_rank.values()]
+    known = [c for c in counts if c]
+    return max(known) if known else None
+
+
+def pipeline_stats(calls: Sequence[P2PCall], period_s: float | None = None) -> PipelineStats | None:
     """Stage count of a pipeline from its Send/Recv peers; None without P2P calls.
+
+    With the step period ``period_s`` (training with pipeline parallelism), also the forward
+    hand-offs per step and the bubble share (:func:`bubble_ratio`).
 
     A stage hands activations to the next stage and gradients to the previous one. With stages
     as equal blocks of consecutive ranks (pipeline the outermost parallel dimension, Megatron's
@@ -279,4 +321,6 @@ def pipeline_stats(calls: Sequence[P2PCall]) -> PipelineStats | None:
     if stages < 2:
         return unknown("a single stage", d)
     here = tuple(sorted({(c.rank or 0) // d for c in ranked}))
-    return PipelineStats(stages, d, n, len(calls), mb, here, None)
+    m = _forward_sends_per_step(ranked, d, n, period_s) if period_s and period_s > 0 else None
+    bubble = bubble_ratio(stages, m) if m else None
+    return PipelineStats(stages, d, n, len(calls), mb, here, None, m, bubble)

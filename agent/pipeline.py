@@ -25,8 +25,12 @@ from agent.errors import SourceError, SourceUnavailable
 from agent.estimate import Estimate, EstimateInputs, busier_direction, estimate
 from agent.period import estimate_period
 from agent.rates import Direction, GridSeries
+from agent.regime import IDLE_BYTES_PER_S
+from agent.regime_params import RegimeParams, regime_params
+from agent.sharding import DEFAULT_LATENCY_S
 from agent.tracker import PeriodTracker
 from agent.windows import (
+    BurstTally,
     CollectiveWindow,
     CounterWindow,
     DeviceStatus,
@@ -128,6 +132,11 @@ class Snapshot:
     message_sizes: SizeHistogram | None = None
     #: GPU-timed collectives from the NCCL Inspector, per op.
     collective_timings: Mapping[str, OpTimings] = field(default_factory=dict)
+    #: Regime-specific parameters of the window: burst arrivals, ZeRO stage, AlltoAll, pipeline.
+    regime: RegimeParams | None = None
+    #: Sizes (bytes above the background) and durations of every burst seen end, since start.
+    burst_bytes: SizeHistogram | None = None
+    burst_seconds: SizeHistogram | None = None
 
 
 class SnapshotStore:
@@ -176,6 +185,14 @@ class PipelineSettings:
     lock_window_periods: float = 16.0
     #: ... and watch the last this many periods alone for a step change of T.
     change_window_periods: float = 4.5
+    #: ... and, every this many hops, the whole window for a longer period than the locked one.
+    outer_watch_hops: int = 5
+    #: Below this mean rate, with no period, the host is idle.
+    idle_bytes_per_s: float = IDLE_BYTES_PER_S
+    #: Per-collective latency of the fine-tuning latency share.
+    collective_latency_s: float = DEFAULT_LATENCY_S
+    #: Newest collective calls the regime parameters read at most per hop.
+    regime_calls: int = 65536
 
 
 @dataclass
@@ -188,6 +205,7 @@ class _State:
     health: dict[str, SourceHealth] = field(default_factory=dict)
     stats: dict[str, Mapping[str, int]] = field(default_factory=dict)
     timings: TimingWindow = field(default_factory=TimingWindow)
+    bursts: BurstTally = field(default_factory=BurstTally)
 
     def counter_window(self, source: str) -> CounterWindow:
         window = self.counters.get(source)
@@ -289,9 +307,9 @@ class Pipeline:
             self._spawn("estimator", self._estimate_loop())
         sizes = ("window_s", "counter_rate_hz", "gpu_rate_hz", "calls_per_s")
         if any(getattr(old, k) != getattr(settings, k) for k in sizes):
-            health = self._state.health
+            health, bursts = self._state.health, self._state.bursts
             self._state = self._new_state(settings)
-            self._state.health = health
+            self._state.health, self._state.bursts = health, bursts
             return True
         return False
 
@@ -431,7 +449,8 @@ class Pipeline:
         span = min(self._cfg.window_s, max(self._cfg.min_window_s, periods * t))
         return self._clock.now() - span
 
-    def _inputs(self) -> tuple[str | None, EstimateInputs | None]:
+    def _inputs(self) -> tuple[str | None, float | None, EstimateInputs | None]:
+        """(network source, window start, inputs); no inputs while too little is known."""
         st = self._state
         source, grids = self._network(since=self._window_start(self._cfg.lock_window_periods))
         since: float | None = None
@@ -440,28 +459,35 @@ class Pipeline:
         mix = st.calls.mix(since=since)
         self._job_comm_id = st.calls.job_comm_id(since=since)
         if not grids and mix is None:
-            return source, None
+            return source, since, None
         span = max((g.duration_s for g in grids.values()), default=0.0)
-        if grids and span < self._cfg.min_window_s:
-            return source, None
-        return source, EstimateInputs(
-            network=grids,
-            network_source="counters" if grids else None,
-            gpu=st.gpu.samples(since=since),
-            collectives=mix,
+        # 10 % slack: a locked window of exactly min_window_s holds a poll or two less.
+        if grids and span < 0.9 * self._cfg.min_window_s:
+            return source, since, None
+        return (
+            source,
+            since,
+            EstimateInputs(
+                network=grids,
+                network_source="counters" if grids else None,
+                gpu=st.gpu.samples(since=since),
+                collectives=mix,
+            ),
         )
 
     async def _estimate_loop(self) -> None:
         ticker = Ticker(self._clock, self._cfg.hop_s)
         while True:
             await ticker.tick()
-            source, inputs = self._inputs()
+            source, since, inputs = self._inputs()
             if inputs is None:
                 self._publish(None, 0.0, locked=False, source=source)
                 continue
             began = time.perf_counter()
             try:
-                est = await asyncio.to_thread(estimate, inputs)
+                est = await asyncio.to_thread(
+                    estimate, inputs, idle_bytes_per_s=self._cfg.idle_bytes_per_s
+                )
             except Exception:  # a bug on odd data must not stop the agent: skip this hop
                 self.estimator_errors += 1
                 log.exception("estimator failed on this window; keeping the last snapshot")
@@ -486,6 +512,15 @@ class Pipeline:
                 if relocked is not None:
                     update = replace(update, period_s=relocked, changed=True)
                     log.info("sync period changed: T = %.4g s (re-locked)", relocked)
+            if (
+                relocked is None
+                and update.period_s is not None
+                and self._estimates % max(1, self._cfg.outer_watch_hops) == 0
+            ):
+                relocked = self._tracker.widen(await self._whole_window_period())
+                if relocked is not None:
+                    update = replace(update, period_s=relocked, changed=True)
+                    log.info("longer sync period found: T = %.4g s (re-locked)", relocked)
             if relocked is not None:
                 keep_from = self._clock.now() - self._cfg.restart_periods * relocked
                 for window in self._state.counters.values():
@@ -503,12 +538,49 @@ class Pipeline:
                 )
             else:
                 est = replace(est, period_s=update.period_s)
+            began = time.perf_counter()
+            params = await self._regime_params(inputs, est, since)
+            took += time.perf_counter() - began
             self._estimates += 1
-            self._publish(est, took, locked=update.locked, source=source)
+            self._publish(est, took, locked=update.locked, source=source, regime=params)
+
+    async def _regime_params(
+        self, inputs: EstimateInputs, est: Estimate, since: float | None
+    ) -> RegimeParams | None:
+        """Arrivals, sharding and sparse-op structure of this hop's window, off the loop.
+
+        Advisory like the step-change watch: a failure costs these gauges one hop, never T.
+        Every burst seen end is counted once into the burst histograms.
+        """
+        table = self._state.calls.table(since=since, limit=self._cfg.regime_calls)
+        try:
+            params = await asyncio.to_thread(
+                regime_params,
+                inputs.network,
+                est,
+                table,
+                latency_s=self._cfg.collective_latency_s,
+                latency_source="config",
+            )
+        except Exception:
+            log.exception("regime parameters failed on this window")
+            return None
+        arr = params.arrivals
+        if arr is not None and arr.burst_starts_s.size:
+            self._state.bursts.add(
+                params.arrivals_t0 + arr.burst_starts_s, arr.burst_bytes, arr.burst_seconds, arr.dt
+            )
+        return params
 
     async def _recent_period(self) -> float | None:
         """T of the last few locked periods alone (the step-change watch), off the loop."""
-        since = self._window_start(self._cfg.change_window_periods)
+        return await self._period_since(self._window_start(self._cfg.change_window_periods))
+
+    async def _whole_window_period(self) -> float | None:
+        """T of the whole window (the outer-period watch), off the loop."""
+        return await self._period_since(None)
+
+    async def _period_since(self, since: float | None) -> float | None:
         _, grids = self._network(since=since)
         chosen = busier_direction(grids) if grids else None
         if chosen is None:
@@ -516,13 +588,19 @@ class Pipeline:
         grid = chosen[1]
         try:
             result = await asyncio.to_thread(estimate_period, grid.rate, grid.dt, t0=grid.t0)
-        except Exception:  # the watch is advisory: never let it stop the estimates
-            log.exception("step-change watch failed on this window")
+        except Exception:  # the watches are advisory: never let them stop the estimates
+            log.exception("period watch failed on this window")
             return None
         return result.period_s
 
     def _publish(
-        self, est: Estimate | None, took: float, *, locked: bool, source: str | None
+        self,
+        est: Estimate | None,
+        took: float,
+        *,
+        locked: bool,
+        source: str | None,
+        regime: RegimeParams | None = None,
     ) -> None:
         job_id, job_source = self.job()
         snap = Snapshot(
@@ -542,6 +620,9 @@ class Pipeline:
             source_stats=dict(self._state.stats),
             message_sizes=self._state.calls.size_histogram(),
             collective_timings=self._state.timings.summary(),
+            regime=regime,
+            burst_bytes=self._state.bursts.sizes.histogram(),
+            burst_seconds=self._state.bursts.durations.histogram(),
         )
         self._store.publish(snap)
         for sink in self._sinks.values():

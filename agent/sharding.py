@@ -53,6 +53,7 @@ __all__ = [
     "STEP_GAP_FRACTION",
     "ZERO2_RATIO",
     "ZERO3_RATIO",
+    "ZERO_STAGES",
     "ShardingStats",
     "calls_per_step",
     "latency_per_step",
@@ -77,6 +78,9 @@ ZERO3_RATIO = (1.65, 2.5)
 #: A gap between two calls longer than this fraction of T is a step boundary (the optimizer
 #: step, data loading), not a layer.
 STEP_GAP_FRACTION = 0.25
+
+#: Every verdict :func:`zero_stage` gives (the exporter's bounded label set).
+ZERO_STAGES = ("ddp_or_zero1", "zero2", "zero3_or_fsdp_full_shard", "unknown")
 
 _SHARDING_OPS = ("AllGather", "ReduceScatter")
 _STAGE_OPS = ("AllReduce", "AllGather", "ReduceScatter")

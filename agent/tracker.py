@@ -46,6 +46,7 @@ class PeriodTracker:
         self._streak = 0
         self._misses = 0
         self._challenger: float | None = None
+        self._outer: float | None = None
 
     @property
     def locked(self) -> float | None:
@@ -69,6 +70,25 @@ class PeriodTracker:
             self._candidate, self._streak, self._misses = None, 0, 0
             return period_s
         self._challenger = period_s
+        return None
+
+    def widen(self, period_s: float | None, *, factor: float = 1.5) -> float | None:
+        """Feed the period of the whole window while locked on a shorter one.
+
+        Locking narrows the window to a few locked periods; a job locked on a short inner
+        period first (the layer train of a ZeRO step, seen before a whole step was) would then
+        never show its step again. Returns a longer period to re-lock on when two consecutive
+        whole-window periods agree and are at least ``factor`` times the locked one.
+        """
+        if self._locked is None or period_s is None or period_s < factor * self._locked:
+            self._outer = None
+            return None
+        if self._outer is not None and _close(period_s, self._outer, self._agree):
+            self._locked = period_s
+            self._outer = self._challenger = None
+            self._candidate, self._streak, self._misses = None, 0, 0
+            return period_s
+        self._outer = period_s
         return None
 
     def update(self, period_s: float | None) -> TrackerUpdate:

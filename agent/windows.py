@@ -21,8 +21,10 @@ from agent.rates import (
     counter_delta,
     grid_from_cumulative,
 )
+from agent.regime_params import CallTable
 from collectors._base import (
     CallBatch,
+    CallKey,
     CollectiveCall,
     CounterReading,
     DeviceInfo,
@@ -31,8 +33,11 @@ from collectors._base import (
 )
 
 __all__ = [
+    "BURST_BYTES_BOUNDS",
+    "BURST_SECONDS_BOUNDS",
     "EXEC_TIME_BOUNDS",
     "MESSAGE_SIZE_BOUNDS",
+    "BurstTally",
     "CollectiveWindow",
     "CounterWindow",
     "DeviceStatus",
@@ -41,6 +46,7 @@ __all__ = [
     "OpTimings",
     "Ring",
     "SizeHistogram",
+    "Tally",
     "TimingWindow",
     "split_column",
     "window_capacity",
@@ -255,14 +261,71 @@ MESSAGE_SIZE_BOUNDS = tuple(float(1024 * 4**i) for i in range(13))
 
 @dataclass(frozen=True)
 class SizeHistogram:
-    """Collective sizes S seen since the agent started.
+    """Values seen since the agent started (collective sizes S, burst sizes or durations).
 
-    Counts per bucket (the last one is +Inf) and their sum; calls of unknown size are left out.
+    Counts per bucket (the last one is +Inf) and their sum; unknown (NaN) values are left out.
     """
 
     bounds: tuple[float, ...]
     counts: tuple[int, ...]
     total_bytes: float
+
+
+class Tally:
+    """A cumulative histogram with Prometheus' ``le`` buckets: bucket i holds (b[i-1], b[i]]."""
+
+    def __init__(self, bounds: tuple[float, ...]) -> None:
+        self._bounds_t = bounds
+        self._bounds = np.asarray(bounds)
+        self._counts = np.zeros(len(bounds) + 1, dtype=np.int64)
+        self._sum = 0.0
+
+    def add(self, values: FloatArray) -> None:
+        """Count the finite values."""
+        known = values[np.isfinite(values)]
+        if known.size:
+            idx = np.searchsorted(self._bounds, known, side="left")
+            self._counts += np.bincount(idx, minlength=self._counts.size)
+            self._sum += float(known.sum())
+
+    def histogram(self) -> SizeHistogram | None:
+        """Everything counted so far (None before the first value)."""
+        if not self._counts.any():
+            return None
+        return SizeHistogram(self._bounds_t, tuple(int(c) for c in self._counts), self._sum)
+
+
+#: Upper bounds of the burst-duration histogram (seconds), then +Inf: an MoE AlltoAll train
+#: lasts milliseconds, a training step's gradient burst up to seconds.
+BURST_SECONDS_BOUNDS = (
+    0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0
+)  # fmt: skip
+#: Upper bounds of the burst-size histogram (bytes above the background): 64 KiB to 64 GiB.
+BURST_BYTES_BOUNDS = tuple(float(65536 * 4**i) for i in range(11))
+
+
+class BurstTally:
+    """Sizes and durations of every burst the live agent has seen end, each counted once.
+
+    Each hop re-segments a window that overlaps the previous one, so a burst shows up in
+    several hops: only complete bursts that start more than one bin after the last counted
+    start are new (a burst segmented again starts within a bin of where it did before).
+    """
+
+    def __init__(self) -> None:
+        self.sizes = Tally(BURST_BYTES_BOUNDS)
+        self.durations = Tally(BURST_SECONDS_BOUNDS)
+        self._last_start = -np.inf
+
+    def add(self, starts_s: FloatArray, sizes: FloatArray, seconds: FloatArray, dt: float) -> int:
+        """Count the bursts starting after the last counted one; returns how many were new."""
+        new = starts_s > self._last_start + dt
+        if not new.any():
+            return 0
+        self.sizes.add(sizes[new])
+        self.durations.add(seconds[new])
+        self._last_start = float(starts_s[new].max())
+        return int(new.sum())
 
 
 #: Upper bounds of the collective execution-time histogram (seconds), then +Inf.
@@ -319,11 +382,15 @@ class TimingWindow:
 class CollectiveWindow:
     """Recent collective calls plus running totals per op since the agent started."""
 
+    #: Distinct call keys remembered (a job makes a few hundred: ops × comms × peers); calls
+    #: of keys beyond are kept with an unknown key until the table starts over.
+    MAX_KEYS = 16384
+
     def __init__(self, capacity: int) -> None:
-        self._ring = Ring(capacity, 2)  # time, S bytes (NaN when unknown)
-        self._bounds = np.asarray(MESSAGE_SIZE_BOUNDS)
-        self._size_counts = np.zeros(len(MESSAGE_SIZE_BOUNDS) + 1, dtype=np.int64)
-        self._size_sum = 0.0
+        self._ring = Ring(capacity, 3)  # time, S bytes (NaN when unknown), key id (-1 unknown)
+        self._sizes = Tally(MESSAGE_SIZE_BOUNDS)
+        self._key_ids: dict[CallKey, int] = {}
+        self._keys: list[CallKey] = []
         self.totals: dict[str, tuple[int, int]] = {}
         self.nranks: int | None = None
         self.processes: set[str] = set()
@@ -353,27 +420,34 @@ class CollectiveWindow:
         if call.nranks is not None:
             self.nranks = max(self.nranks or 0, call.nranks)
         self._see_comm(call.comm_id, call.nranks, call.time_s)
-        self.processes.add(str(call.extra.get("process", call.comm)))
+        process = str(call.extra.get("process", call.comm))
+        self.processes.add(process)
+        peer, rank = call.extra.get("peer"), call.extra.get("rank")
+        key = CallKey(
+            call.op,
+            process,
+            call.comm,
+            call.nranks,
+            peer if isinstance(peer, int) and call.op in ("Send", "Recv") else -1,
+            rank if isinstance(rank, int) else None,
+            call.comm_id,
+        )
         size = float(call.s_bytes) if call.s_bytes is not None else np.nan
-        self._ring.append((call.time_s, size))
-        if call.s_bytes is not None:
-            self._count_sizes(np.asarray([size]))
+        self._ring.append((call.time_s, size, self._key_id(key)))
+        self._sizes.add(np.asarray([size]))
 
-    def _count_sizes(self, sizes: FloatArray) -> None:
-        known = sizes[np.isfinite(sizes)]
-        if known.size:
-            # bucket i holds sizes in (bounds[i-1], bounds[i]]: Prometheus' "le" buckets
-            idx = np.searchsorted(self._bounds, known, side="left")
-            self._size_counts += np.bincount(idx, minlength=self._size_counts.size)
-            self._size_sum += float(known.sum())
+    def _key_id(self, key: CallKey) -> int:
+        kid = self._key_ids.get(key)
+        if kid is None:
+            if len(self._keys) >= self.MAX_KEYS:
+                return -1
+            kid = self._key_ids[key] = len(self._keys)
+            self._keys.append(key)
+        return kid
 
     def size_histogram(self) -> SizeHistogram | None:
         """Sizes of every call since the start (None before the first sized call)."""
-        if not self._size_counts.any():
-            return None
-        return SizeHistogram(
-            MESSAGE_SIZE_BOUNDS, tuple(int(c) for c in self._size_counts), self._size_sum
-        )
+        return self._sizes.histogram()
 
     def add_batch(self, batch: CallBatch) -> None:
         """Account a batch of COLL lines."""
@@ -385,8 +459,13 @@ class CollectiveWindow:
         self.processes.update(batch.processes)
         self._see_comm(batch.comm_id, batch.nranks, batch.time_s)
         if batch.times.size:
-            self._ring.extend(np.column_stack((batch.times, batch.s_bytes)))
-            self._count_sizes(batch.s_bytes)
+            if batch.keys and batch.key_ids.size == batch.times.size:
+                local = np.asarray([self._key_id(k) for k in batch.keys] + [-1], dtype=np.float64)
+                ids = local[batch.key_ids]
+            else:
+                ids = np.full(batch.times.size, -1.0)
+            self._ring.extend(np.column_stack((batch.times, batch.s_bytes, ids)))
+            self._sizes.add(batch.s_bytes)
 
     def mix(self, since: float | None = None) -> CollectiveMix | None:
         """The estimator's view: totals since start, timed calls within the window."""
@@ -401,6 +480,29 @@ class CollectiveWindow:
             call_times=rows[:, 0],
             call_bytes=rows[:, 1],
             processes=len(self.processes),
+        )
+
+    def table(self, since: float | None = None, limit: int | None = None) -> CallTable | None:
+        """The window's calls with their keys (the newest ``limit``), None when there are none.
+
+        The key table starts over once it is full and every call that used it has left the
+        ring, so a long-lived agent whose jobs come and go keeps naming its calls.
+        """
+        rows = self._ring.view()
+        if since is not None:
+            rows = rows[rows[:, 0] >= since]
+        if limit is not None:
+            rows = rows[-limit:]
+        if len(self._keys) >= self.MAX_KEYS and not (self._ring.view()[:, 2] >= 0).any():
+            self._key_ids.clear()
+            self._keys.clear()
+        if rows.shape[0] == 0:
+            return None
+        return CallTable(
+            times=rows[:, 0],
+            nbytes=rows[:, 1],
+            key_ids=rows[:, 2].astype(np.int32),
+            keys=tuple(self._keys),
         )
 
 

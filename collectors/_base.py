@@ -101,6 +101,8 @@ class CallKey(NamedTuple):
     nranks: int | None
     peer: int
     rank: int | None
+    #: NCCL's commId of ``comm`` (the same in every process of the communicator), when known.
+    comm_id: str | None = None
 
 
 _NO_KEYS: npt.NDArray[np.int32] = np.empty(0, dtype=np.int32)

@@ -113,3 +113,73 @@ def test_demo_port_in_use_is_a_clear_error() -> None:
     assert res.returncode == 1
     assert f"port {port}" in res.stderr
     assert "already in use" in res.stderr
+
+
+def test_live_fine_tuning_and_inference_parameters_match_the_simulated_truth() -> None:
+    """Both regimes at once (two demo processes): the live gauges reach each one's truth.
+
+    Fine-tuning: the ZeRO-3 step (T = 3.6 s) around a 34 ms layer train; the agent may lock
+    on the layer train first and must widen to the step. Inference: never a period; burst
+    rate and arrival pattern as simulated.
+    """
+    from agent.demo import demo_params
+    from agent.simulator.params import resolve
+    from agent.simulator.schedule import build_schedule
+
+    procs = {}
+    for scenario in ("finetune", "inference"):
+        argv = [sys.executable, "-m", "agent", "demo", "--scenario", scenario, "--port", "0",
+                "--duration", "90", "--quiet"]  # fmt: skip
+        procs[scenario] = subprocess.Popen(
+            argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+        )
+    try:
+        urls = {}
+        for scenario, proc in procs.items():
+            assert proc.stdout is not None
+            m = re.search(r"metrics at (http://\S+/metrics)", proc.stdout.readline())
+            assert m
+            urls[scenario] = m[1]
+        ft = build_schedule(resolve(demo_params("finetune"))).truth
+        inf = build_schedule(resolve(demo_params("inference"))).truth
+        start = time.monotonic()
+        ft_ok_at = None
+        periods_seen = []
+        ft_last: dict[str, float] = {}
+        while time.monotonic() - start < 50:
+            time.sleep(1.0)
+            ft_last = _scrape(urls["finetune"])
+            t = ft_last.get("commpulse_sync_period_seconds")
+            ok = (
+                t is not None
+                and abs(t / ft["period_s"] - 1) <= 0.02
+                and ft_last.get("commpulse_zero_stage|stage=zero3_or_fsdp_full_shard") == 1.0
+                and ft_last.get("commpulse_collectives_per_step") == ft["collectives_per_step"]
+                and abs(ft_last.get("commpulse_layer_gap_seconds", 0) / ft["layer_gap_s"] - 1)
+                <= 0.05
+            )
+            if ok and ft_ok_at is None:
+                ft_ok_at = time.monotonic() - start
+            elif not ok:
+                ft_ok_at = None
+            inf_last = _scrape(urls["inference"])
+            periods_seen.append(inf_last.get("commpulse_sync_period_seconds"))
+        elapsed = time.monotonic() - start
+        assert ft_ok_at is not None, ft_last
+        assert ft_ok_at <= 40.0
+        assert ft_last["commpulse_allgather_per_reduce_scatter"] == pytest.approx(2.0, rel=0.05)
+        assert periods_seen == [None] * len(periods_seen)  # inference never has a period
+        assert inf_last["commpulse_workload_regime|regime=inference"] == 1.0
+        rate = inf_last["commpulse_burst_arrivals_per_second"]
+        assert rate == pytest.approx(inf["arrivals"]["burst_rate_hz"], rel=0.2)
+        assert inf_last["commpulse_burst_arrival_pattern|pattern=poisson"] == 1.0
+        counted = inf_last["commpulse_burst_size_bytes_count"]
+        expected = inf["arrivals"]["burst_rate_hz"] * elapsed
+        assert 0.7 * expected <= counted <= 1.3 * expected + 2
+    finally:
+        for proc in procs.values():
+            proc.send_signal(signal.SIGINT)
+        for proc in procs.values():
+            assert proc.wait(timeout=10) == 0
+            assert proc.stdout is not None
+            proc.stdout.close()

@@ -35,7 +35,13 @@ from agent.arrivals import (
     arrival_verdict,
 )
 from agent.errors import ConfigError
-from agent.p2p import P2PCall, alltoall_stats, group_alltoalls, pipeline_stats
+from agent.p2p import (
+    P2PCall,
+    alltoall_stats,
+    bubble_ratio,
+    group_alltoalls,
+    pipeline_stats,
+)
 from agent.rates import direction_grids
 from agent.simulator.params import JobParams, resolve
 from agent.simulator.sampling import sample_counters
@@ -266,6 +272,43 @@ def test_pipeline_stages_from_the_rank_stride() -> None:
     assert one_rank.stages_here == (1,)
 
 
+def _one_f_one_b(stages: int, micro: int, steps: int, *, chunks: int = 1) -> list[P2PCall]:
+    """Send/Recv of a pipeline of one rank per stage, T = 1 s, ``chunks`` model chunks per
+    stage (interleaved: the last stage's forward output wraps to stage 0)."""
+    calls = []
+    for step in range(steps):
+        for k in range(micro * chunks):
+            t = step + 0.01 + 0.5 * k / (micro * chunks)
+            chunk = k // micro
+            for rank in range(stages):
+                last = rank == stages - 1
+                if not last or chunk < chunks - 1:  # activations forward (or wrapping)
+                    nxt = (rank + 1) % stages
+                    calls.append(_call("Send", nxt, rank=rank, n=stages, comm=f"0x{rank}", t=t))
+                    calls.append(_call("Recv", rank, rank=nxt, n=stages, comm=f"0x{nxt}", t=t))
+                if rank > 0 or chunk > 0:  # gradients back (or wrapping)
+                    prv = (rank - 1) % stages
+                    calls.append(_call("Send", prv, rank=rank, n=stages, comm=f"0x{rank}",
+                                       t=t + 0.4))  # fmt: skip
+    return calls
+
+
+@pytest.mark.parametrize(("chunks", "handoffs"), [(1, 8), (2, 16)])
+def test_pipeline_bubble_from_the_forward_hand_offs_per_step(chunks: int, handoffs: int) -> None:
+    # 4 stages, 8 micro-batches a step: 1F1B idles (p-1)/(m+p-1) of the step; interleaving
+    # v chunks per stage multiplies the hand-offs by v and divides the bubble by about v.
+    stats = pipeline_stats(_one_f_one_b(4, 8, 6, chunks=chunks), period_s=1.0)
+    assert stats is not None
+    assert (stats.stages, stats.rank_stride) == (4, 1)
+    assert stats.micro_batches == handoffs
+    assert stats.bubble_ratio == pytest.approx(3 / (handoffs + 3))
+    assert bubble_ratio(4, 8) == pytest.approx(3 / 11)
+    # Without T (inference pipelines, or no lock yet) there is no per-step count.
+    untimed = pipeline_stats(_one_f_one_b(4, 8, 6, chunks=chunks))
+    assert untimed is not None
+    assert (untimed.micro_batches, untimed.bubble_ratio) == (None, None)
+
+
 @pytest.mark.parametrize(
     ("calls", "reason"),
     [
@@ -317,3 +360,41 @@ def test_arrival_process_is_checked() -> None:
         resolve(JobParams(scenario="inference", arrival_process="uniform"))
     with pytest.raises(ConfigError, match="burstiness"):
         resolve(JobParams(scenario="inference", arrival_process="mmpp", burstiness=1.0))
+
+
+# --- the vectorised burst accounting against a plain loop --------------------------------------
+
+
+def _sizes_by_loop(x: np.ndarray, starts: np.ndarray, ends: np.ndarray, off: float, on: float,
+                   dt: float) -> tuple[list[float], list[float]]:  # fmt: skip
+    """The definition, one run at a time: widen by one sample into free neighbours; edge
+    samples count by the share of the on level they reached."""
+    frac = np.clip((x - off) / (on - off), 0.0, 1.0)
+    sizes, durations = [], []
+    for k, (s, e) in enumerate(zip(starts.tolist(), ends.tolist(), strict=True)):
+        lo = s - 1 if s >= 1 and (k == 0 or ends[k - 1] < s - 1) else s
+        hi = e + 1 if e < x.size and (k + 1 == starts.size or starts[k + 1] > e) else e
+        sizes.append(float(np.sum(x[lo:hi] - off)) * dt)
+        edges = sorted({lo, s, e - 1, hi - 1})
+        durations.append((max(0, e - s - 2) + float(frac[edges].sum())) * dt)
+    return sizes, durations
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_burst_sizes_and_durations_match_the_definition(seed: int) -> None:
+    from agent.arrivals import _burst_sizes
+    from agent.bursts import BurstStats, on_runs
+
+    rng = np.random.default_rng(seed)
+    on_mask = rng.random(400) < rng.uniform(0.1, 0.7)  # runs of every length, adjacent ones too
+    x = np.where(on_mask, 5e9, 1e6) + rng.normal(0, 3e8, 400)
+    stats = BurstStats(
+        burst_bandwidth=5e9, off_level=1e6, on_level=5e9, on_ratio=0.5, mean_rate=2e9,
+        bytes_per_period=None, bursts=1, mean_burst_s=None, mean_gap_s=None, resolved=True,
+        reliable=True, noise=0.0, on_mask=on_mask,
+    )  # fmt: skip
+    starts, ends = on_runs(on_mask)
+    sizes, durations = _burst_sizes(x, starts, ends, stats, 0.01)
+    want_sizes, want_durations = _sizes_by_loop(x, starts, ends, 1e6, 5e9, 0.01)
+    np.testing.assert_allclose(sizes, want_sizes, rtol=1e-9, atol=1e-3)
+    np.testing.assert_allclose(durations, want_durations, rtol=1e-12, atol=1e-12)

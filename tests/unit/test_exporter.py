@@ -42,6 +42,14 @@ def _exposition(est: Estimate | None) -> str:
     )  # fmt: skip
 
 
+def _assert_promtool_clean(text: str) -> None:
+    promtool = require_component("promtool")
+    res = subprocess.run(
+        [promtool, "check", "metrics"], input=text, capture_output=True, text=True, check=False
+    )
+    assert res.returncode == 0, res.stdout + res.stderr
+
+
 def _samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     out = {}
     for fam in text_string_to_metric_families(text):
@@ -146,11 +154,7 @@ def test_nccl_log_health_and_message_sizes_are_exported_promtool_clean() -> None
     assert s[("commpulse_collective_message_bytes_bucket", (("le", "+Inf"),))] == 4.0
     assert s[("commpulse_collective_message_bytes_count", ())] == 4.0
     assert s[("commpulse_collective_message_bytes_sum", ())] == 1024.0 + 1025.0 + 4.0e6 + 2.0e10
-    promtool = require_component("promtool")
-    res = subprocess.run(
-        [promtool, "check", "metrics"], input=text, capture_output=True, text=True, check=False
-    )
-    assert res.returncode == 0, res.stdout + res.stderr
+    _assert_promtool_clean(text)
 
 
 def _batch(size: float) -> CallBatch:
@@ -184,12 +188,84 @@ def test_capture_totals_are_exported_promtool_clean() -> None:
     assert s[("commpulse_capture_flows", ())] == 12.0
     assert s[("commpulse_capture_queue_pairs", ())] == 4.0
     assert s[("commpulse_capture_sample_every", ())] == 4.0
-    promtool = require_component("promtool")
-    res = subprocess.run(
-        [promtool, "check", "metrics"], input=text, capture_output=True, text=True, check=False
-    )
-    assert res.returncode == 0, res.stdout + res.stderr
+    _assert_promtool_clean(text)
 
 
 def test_no_capture_source_means_no_capture_series() -> None:
     assert "commpulse_capture_" not in _snapshot_exposition(source_stats={})
+
+
+def test_regime_parameters_are_exported_with_bounded_labels_promtool_clean() -> None:
+    from agent.arrivals import ArrivalStats, Percentiles
+    from agent.p2p import AlltoAllStats, PipelineStats
+    from agent.regime_params import RegimeParams
+    from agent.sharding import ShardingStats
+    from agent.windows import BurstTally
+
+    arrivals = ArrivalStats(
+        window_s=60.0, dt=0.01, bursts=90, arrival_rate_hz=1.5,
+        size_bytes=Percentiles(2e6, 8e6, 3e7), duration_s=Percentiles(0.02, 0.05, 0.2),
+        inter_arrival_mean_s=0.66, inter_arrival_cv=0.9, gap_mean_s=0.6, gap_cv=1.02,
+        verdict="poisson", busy_ratio=0.05, resolved=True,
+    )  # fmt: skip
+    sharding = ShardingStats(
+        comm="c0ffee", nranks=16, processes=8, stage="zero3_or_fsdp_full_shard", reason="",
+        calls_per_process={}, allgather_per_reduce_scatter=2.0, period_s=1.0, steps=10,
+        collectives_per_step=240.0, allgather_per_step=160.0, reduce_scatter_per_step=80.0,
+        message_bytes=None, layer_gap_s=0.0021, latency_s=1e-5, latency_source="config",
+        latency_per_step_s=0.0024, latency_share=0.0024,
+    )  # fmt: skip
+    a2a = AlltoAllStats(30, 30, 0, 1, 8, Percentiles(8192.0, 8192.0, 16384.0), 0.5)
+    pipe = PipelineStats(4, 1, 4, 80, None, (0,), None, 8.0, 3 / 11)
+    tally = BurstTally()
+    tally.add(np.array([1.0, 2.0]), np.array([1e6, 3e9]), np.array([0.004, np.nan]), 0.01)
+    text = _snapshot_exposition(
+        regime=RegimeParams(arrivals=arrivals, sharding=sharding, alltoall=a2a, pipeline=pipe),
+        burst_bytes=tally.sizes.histogram(),
+        burst_seconds=tally.durations.histogram(),
+    )
+    s = _samples(text)
+    assert s[("commpulse_burst_arrivals_per_second", ())] == 1.5
+    assert s[("commpulse_burst_gap_cv", ())] == 1.02
+    patterns = {k[1][0][1]: v for k, v in s.items() if k[0] == "commpulse_burst_arrival_pattern"}
+    assert patterns == {"periodic": 0.0, "regular": 0.0, "poisson": 1.0, "bursty": 0.0}
+    assert s[("commpulse_burst_duration_window_seconds", (("percentile", "99"),))] == 0.2
+    assert s[("commpulse_burst_size_window_bytes", (("percentile", "50"),))] == 2e6
+    stages = {k[1][0][1]: v for k, v in s.items() if k[0] == "commpulse_zero_stage"}
+    assert stages == {"ddp_or_zero1": 0.0, "zero2": 0.0, "zero3_or_fsdp_full_shard": 1.0,
+                      "unknown": 0.0}  # fmt: skip
+    assert s[("commpulse_collectives_per_step", ())] == 240.0
+    assert s[("commpulse_layer_gap_seconds", ())] == 0.0021
+    assert s[("commpulse_collective_latency_ratio", ())] == 0.0024
+    assert s[("commpulse_alltoall_calls_per_second", ())] == 0.5
+    assert s[("commpulse_alltoall_message_window_bytes", (("percentile", "99"),))] == 16384.0
+    assert s[("commpulse_pipeline_stages", ())] == 4.0
+    assert s[("commpulse_pipeline_bubble_ratio", ())] == 3 / 11
+    # Histograms since the start: both bursts sized, only the resolved one timed.
+    assert s[("commpulse_burst_size_bytes_count", ())] == 2.0
+    assert s[("commpulse_burst_size_bytes_bucket", (("le", "1048576"),))] == 1.0
+    assert s[("commpulse_burst_duration_seconds_count", ())] == 1.0
+    assert s[("commpulse_burst_duration_seconds_bucket", (("le", "0.005"),))] == 1.0
+    _assert_promtool_clean(text)
+
+
+def test_unknown_regime_parameters_are_absent_not_zero() -> None:
+    from agent.arrivals import ArrivalStats
+    from agent.regime_params import RegimeParams
+
+    flat = ArrivalStats(
+        window_s=60.0, dt=0.01, bursts=0, arrival_rate_hz=None, size_bytes=None,
+        duration_s=None, inter_arrival_mean_s=None, inter_arrival_cv=None, gap_mean_s=None,
+        gap_cv=None, verdict=None, busy_ratio=None, resolved=False,
+    )  # fmt: skip
+    text = _snapshot_exposition(regime=RegimeParams(arrivals=flat))
+    for name in (
+        "commpulse_burst_arrivals_per_second",
+        "commpulse_burst_arrival_pattern",
+        "commpulse_burst_size_window_bytes",
+        "commpulse_zero_stage",
+        "commpulse_pipeline_",
+        "commpulse_alltoall_",
+        "commpulse_burst_size_bytes",
+    ):
+        assert name not in text  # fmt: skip

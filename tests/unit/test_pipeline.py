@@ -14,9 +14,12 @@ from collectors._base import CounterReading, Emit
 
 
 class SquareWaveCounters:
-    """Counters of a 0.5 s, D=0.3 square wave, polled at 200 Hz on the real clock."""
+    """Counters of a 0.5 s (or ``period``), D=0.3 square wave, polled at 200 Hz (real clock)."""
 
     name = "square"
+
+    def __init__(self, period: float = 0.5) -> None:
+        self.period = period
 
     async def run(self, emit: Emit) -> None:
         clock = MonotonicClock()
@@ -31,7 +34,7 @@ class SquareWaveCounters:
                 step = 0.0005
                 t = a
                 while t < b:
-                    phase = ((t - start) % 0.5) / 0.5
+                    phase = ((t - start) % self.period) / self.period
                     total += 1e9 * step if phase < 0.3 else 0.0
                     t += step
             last = now
@@ -91,6 +94,33 @@ def test_pipeline_estimates_and_isolates_a_failing_source() -> None:
     assert health["square"].dropped == 0
     assert len(seen) >= 8
     assert all(math.isfinite(s.estimator_seconds) for s in seen)
+
+
+def test_a_short_period_keeps_being_estimated_after_the_lock() -> None:
+    # 16 locked periods of 0.1 s are shorter than the 2 s minimum window: the window is
+    # widened to 2 s, and a grid a poll short of it must still be estimated (it once was not:
+    # every hop after the lock published no estimate at all).
+    store = SnapshotStore()
+    seen: list[Snapshot] = []
+    pipeline = Pipeline(
+        [SquareWaveCounters(period=0.1)],
+        store,
+        settings=PipelineSettings(hop_s=0.5, counter_rate_hz=200),
+        on_snapshot=seen.append,
+    )
+
+    async def main() -> None:
+        asyncio.get_running_loop().call_later(6.0, pipeline.stop)
+        await pipeline.run()
+
+    asyncio.run(main())
+    locked = [i for i, s in enumerate(seen) if s.locked]
+    assert locked, [s.estimate for s in seen]
+    after = seen[locked[0] :]
+    assert len(after) >= 3
+    for snap in after:
+        assert snap.estimate is not None
+        assert snap.estimate.period_s == pytest.approx(0.1, rel=0.02)
 
 
 class StubbornSink:

@@ -110,6 +110,23 @@ def test_tracker_locks_after_two_agreeing_windows_and_relocks_after_a_change() -
     assert u.period_s == pytest.approx(1.31)
 
 
+def test_tracker_widens_to_an_outer_period_seen_twice_over_the_whole_window() -> None:
+    # Locked on a 68 ms layer train; the whole window shows the 3.6 s step around it.
+    tr = PeriodTracker()
+    tr.update(0.068)
+    tr.update(0.068)
+    assert tr.widen(0.07) is None  # not longer: nothing to do
+    assert tr.widen(3.6) is None  # once is not enough
+    assert tr.widen(None) is None  # and a miss forgets it
+    assert tr.widen(3.6) is None
+    assert tr.widen(3.62) == pytest.approx(3.62)
+    assert tr.locked == pytest.approx(3.62)
+    # Now locked on the step, the layer train's period is no challenger of the widening kind.
+    assert tr.widen(0.068) is None
+    assert tr.update(3.61).period_s == pytest.approx(3.61)
+    assert PeriodTracker().widen(3.6) is None  # nothing locked, nothing to widen
+
+
 def test_tracker_unlocks_after_three_empty_windows() -> None:
     tr = PeriodTracker()
     tr.update(2.0)

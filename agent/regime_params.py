@@ -1,0 +1,242 @@
+"""The regime-specific parameters of one window: one composition for analyze and the live agent.
+
+Training is described by T, B and D. Fine-tuning adds the ZeRO stage, collectives per step,
+the per-layer gap and the latency share (:mod:`agent.sharding`); inference adds burst arrivals
+(:mod:`agent.arrivals`) and AlltoAll / pipeline structure (:mod:`agent.p2p`). This module takes
+the same inputs in both places (a network grid plus the estimate made of it, and a columnar
+table of collective calls) so ``commpulse analyze`` and the live gauges cannot disagree.
+
+Pure: arrays in, frozen dataclasses out.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from agent.arrivals import ArrivalStats, arrival_stats
+from agent.estimate import Estimate, busier_direction
+from agent.p2p import (
+    AlltoAllStats,
+    P2PCall,
+    PipelineStats,
+    alltoall_stats,
+    group_alltoalls,
+    pipeline_stats,
+)
+from agent.rates import Direction, GridSeries
+from agent.regime import IDLE_BYTES_PER_S
+from agent.sharding import DEFAULT_LATENCY_S, ShardingStats, sharding_stats
+from collectors._base import CallKey
+
+__all__ = [
+    "MAX_P2P_CALLS",
+    "CallTable",
+    "RegimeParams",
+    "arrivals_of",
+    "comm_name",
+    "regime_params",
+    "sharding_of",
+    "sparse_ops_of",
+]
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int32]
+
+#: Send/Recv calls grouped into AlltoAlls at most (the newest): the grouping walks calls one
+#: by one, and a few thousand hold hundreds of exchanges, plenty for rates and percentiles.
+MAX_P2P_CALLS = 8192
+
+_P2P_OPS = ("Send", "Recv")
+
+
+@dataclass(frozen=True)
+class CallTable:
+    """Collective calls as columns: time (NaN: untimed), nccl-tests S (NaN: unknown) and key.
+
+    ``key_ids`` index ``keys`` (who called, on which communicator, to which peer); -1 where the
+    producer could not say. Rows are in log order.
+    """
+
+    times: FloatArray
+    nbytes: FloatArray
+    key_ids: IntArray
+    keys: Sequence[CallKey]
+
+    def __len__(self) -> int:
+        return int(self.times.size)
+
+    def column(self, field: str) -> npt.NDArray[np.object_]:
+        """One CallKey field per call (None where the key is unknown)."""
+        values = np.asarray([getattr(k, field) for k in self.keys] + [None], dtype=object)
+        return values[self.key_ids]  # -1 picks the trailing None
+
+
+def comm_name(key: CallKey) -> str:
+    """The communicator's name: its commId (the same in every process), else process:pointer."""
+    return key.comm_id if key.comm_id else f"{key.process}:{key.comm}"
+
+
+def _largest_comm(table: CallTable) -> tuple[str, int | None, npt.NDArray[np.bool_]] | None:
+    """(name, nranks, row mask) of the communicator with the most ranks, then the most calls.
+
+    The data-parallel communicator is the largest: its ReduceScatter/AllGather are ZeRO's, while
+    a smaller tensor-parallel communicator's AllGathers would blur the stage ratio. Ties go to
+    the smallest name, so every host names the same one.
+    """
+    known = table.key_ids[table.key_ids >= 0]
+    if known.size == 0:
+        return None
+    per_key = np.bincount(known, minlength=len(table.keys))
+    size: dict[str, tuple[int, int]] = {}
+    for key, calls in zip(table.keys, per_key.tolist(), strict=True):
+        name = comm_name(key)
+        ranks, seen = size.get(name, (0, 0))
+        size[name] = (max(ranks, key.nranks or 0), seen + calls)
+    best = min(size, key=lambda k: (-size[k][0], -size[k][1], k))
+    member = np.asarray([comm_name(k) == best for k in table.keys] + [False])
+    return best, size[best][0] or None, member[table.key_ids]
+
+
+def sharding_of(
+    table: CallTable,
+    period_s: float | None,
+    *,
+    latency_s: float | None = None,
+    latency_source: str = "given",
+) -> ShardingStats | None:
+    """ZeRO stage and per-step collectives of the largest communicator (see agent.sharding).
+
+    ``latency_s`` None: the default per-collective latency (10 µs), named as such.
+    """
+    largest = _largest_comm(table)
+    if largest is None:
+        return None
+    name, nranks, rows = largest
+    if latency_s is None:
+        latency_s, latency_source = DEFAULT_LATENCY_S, "default"
+    return sharding_stats(
+        table.column("op")[rows].tolist(),
+        table.nbytes[rows],
+        table.times[rows],
+        table.column("process")[rows].tolist(),
+        period_s=period_s,
+        comm=name,
+        nranks=nranks,
+        latency_s=latency_s,
+        latency_source=latency_source,
+    )
+
+
+def _p2p_calls(table: CallTable) -> list[P2PCall]:
+    """The newest ``MAX_P2P_CALLS`` Send/Recv calls with their peers, in log order."""
+    p2p = np.asarray([k.op in _P2P_OPS for k in table.keys] + [False])
+    rows = np.flatnonzero(p2p[table.key_ids])[-MAX_P2P_CALLS:]
+    out: list[P2PCall] = []
+    for row, kid in zip(rows.tolist(), table.key_ids[rows].tolist(), strict=True):
+        key = table.keys[kid]
+        out.append(
+            P2PCall(
+                process=key.process,
+                comm=key.comm,
+                op=key.op,
+                peer=key.peer,
+                nbytes=float(table.nbytes[row]),
+                time_s=float(table.times[row]),
+                rank=key.rank,
+                nranks=key.nranks,
+            )
+        )
+    return out
+
+
+def sparse_ops_of(
+    table: CallTable, *, nranks: int | None = None, period_s: float | None = None
+) -> tuple[AlltoAllStats | None, PipelineStats | None]:
+    """AlltoAll (named, and grouped Send/Recv) size and rate; pipeline stages and bubble.
+
+    Each is None when the table holds no such traffic. ``nranks`` is the job's world size
+    when known (else the AlltoAll communicators'); ``period_s`` T for the bubble share.
+    """
+    grouped, rest = group_alltoalls(_p2p_calls(table))
+    native_key = np.asarray([k.op == "AlltoAll" for k in table.keys] + [False])
+    native = native_key[table.key_ids]
+    timed = table.times[np.isfinite(table.times)]
+    span = float(timed.max() - timed.min()) if timed.size >= 2 else None
+    a2a = alltoall_stats(
+        native_bytes=table.nbytes[native],
+        native_processes=table.column("process")[native].tolist(),
+        grouped=grouped,
+        nranks=nranks,
+        span_s=span,
+    )
+    return a2a, pipeline_stats(rest, period_s)
+
+
+def arrivals_of(
+    network: Mapping[Direction, GridSeries], est: Estimate
+) -> tuple[str, GridSeries, ArrivalStats] | None:
+    """(direction, grid, burst arrival statistics) of the series the estimator used.
+
+    The estimator's own segmentation is reused when it saw the whole series (no period, so no
+    cut to whole periods); otherwise the same segmentation is redone on the whole series.
+    """
+    chosen = busier_direction(network) if network else None
+    if chosen is None:
+        return None
+    direction, grid = chosen
+    finite = grid.rate[np.isfinite(grid.rate)]
+    quiet = bool(finite.size and float(finite.mean()) < IDLE_BYTES_PER_S)
+    detail = est.burst_detail
+    same = (
+        est.period_s is None
+        and detail is not None
+        and detail.on_mask is not None
+        and detail.on_mask.size == grid.rate.size
+    )
+    stats = arrival_stats(
+        grid.rate, grid.dt, period_s=est.period_s, quiet=quiet, stats=detail if same else None
+    )
+    return direction, grid, stats
+
+
+@dataclass(frozen=True)
+class RegimeParams:
+    """Everything regime-specific of one window; each part None when its data is absent."""
+
+    arrivals: ArrivalStats | None = None
+    arrival_direction: str | None = None
+    #: Grid time of the window's first sample: burst offsets in ``arrivals`` count from it.
+    arrivals_t0: float = 0.0
+    sharding: ShardingStats | None = None
+    alltoall: AlltoAllStats | None = None
+    pipeline: PipelineStats | None = None
+
+
+def regime_params(
+    network: Mapping[Direction, GridSeries],
+    est: Estimate,
+    calls: CallTable | None,
+    *,
+    latency_s: float | None = None,
+    latency_source: str = "given",
+) -> RegimeParams:
+    """Arrivals of the network series, sharding and sparse-op structure of the calls."""
+    arrivals = arrivals_of(network, est)
+    sharding = a2a = pipe = None
+    if calls is not None and len(calls):
+        period = est.period_s if est.period_s is not None and math.isfinite(est.period_s) else None
+        sharding = sharding_of(calls, period, latency_s=latency_s, latency_source=latency_source)
+        a2a, pipe = sparse_ops_of(calls, nranks=est.nranks, period_s=period)
+    return RegimeParams(
+        arrivals=arrivals[2] if arrivals else None,
+        arrival_direction=arrivals[0] if arrivals else None,
+        arrivals_t0=arrivals[1].t0 if arrivals else 0.0,
+        sharding=sharding,
+        alltoall=a2a,
+        pipeline=pipe,
+    )

@@ -569,6 +569,117 @@ def build() -> db.Dashboard:
         )
     )
 
+    d = d.with_row(db.Row("Inference and fine-tuning"))
+    d = (
+        d.with_panel(
+            series(
+                "Inference: burst arrivals",
+                "λ: communication bursts starting per second (each an inference request's "
+                "AlltoAll / Send-Recv train at the poll resolution), and the CV of the idle gaps "
+                "between them: ~1 Poisson, > 1.5 bursty, < 0.3 periodic.",
+                [
+                    Query(f"commpulse_burst_arrivals_per_second{{{HOSTS}}}", "λ {{instance}}"),
+                    Query(f"commpulse_burst_gap_cv{{{HOSTS}}}", "gap CV {{instance}}"),
+                ],
+                unit="short",
+            )
+        )
+        .with_panel(
+            states(
+                "Arrival pattern",
+                "From the idle-gap CV of the window's bursts: periodic < 0.3 <= regular < 0.7 "
+                "<= poisson < 1.5 <= bursty.",
+                Query(
+                    f"commpulse_burst_arrival_pattern{{{HOSTS}}} == 1", "{{instance}} {{pattern}}"
+                ),
+            )
+        )
+        .with_panel(
+            series(
+                "Burst duration p50 / p99",
+                "How long communication bursts last, from every burst seen end (for inference "
+                "the tail is the latency budget; for training the comm phase of a step).",
+                [
+                    Query(
+                        f"histogram_quantile({q}, sum by (instance, le) (rate("
+                        f"commpulse_burst_duration_seconds_bucket{{{HOSTS}}}"
+                        "[$__rate_interval])))",
+                        f"p{int(q * 100)} {{{{instance}}}}",
+                    )
+                    for q in (0.5, 0.99)
+                ],
+                unit="s",
+            )
+        )
+        .with_panel(
+            series(
+                "Burst size p50 / p99",
+                "Bytes above the background per communication burst, from every burst seen end.",
+                [
+                    Query(
+                        f"histogram_quantile({q}, sum by (instance, le) (rate("
+                        f"commpulse_burst_size_bytes_bucket{{{HOSTS}}}[$__rate_interval])))",
+                        f"p{int(q * 100)} {{{{instance}}}}",
+                    )
+                    for q in (0.5, 0.99)
+                ],
+                unit="bytes",
+            )
+        )
+        .with_panel(
+            states(
+                "ZeRO stage",
+                "What the collective mix of the largest communicator implies: AllReduce only "
+                "(DDP / ZeRO-1), one AllGather per ReduceScatter (ZeRO-2), two (ZeRO-3 / FSDP "
+                "full shard).",
+                Query(f"commpulse_zero_stage{{{HOSTS}}} == 1", "{{instance}} {{stage}}"),
+            )
+        )
+        .with_panel(
+            series(
+                "Fine-tuning: latency share of a step",
+                "Collectives per step × the per-collective latency (agent.collective_latency_s) "
+                "/ T: what the per-layer collective train costs in latency alone.",
+                [
+                    Query(
+                        f"commpulse_collective_latency_ratio{{{HOSTS}}}",
+                        "latency share {{instance}}",
+                    )
+                ],
+                unit="percentunit",
+            )
+        )
+        .with_panel(
+            series(
+                "Fine-tuning: collectives per step and per-layer gap",
+                "Collectives a process makes per step, and the median time between two of them "
+                "inside a step (the layer spacing).",
+                [
+                    Query(f"commpulse_collectives_per_step{{{HOSTS}}}", "per step {{instance}}"),
+                    Query(f"commpulse_layer_gap_seconds{{{HOSTS}}} * 1000", "gap ms {{instance}}"),
+                ],
+                unit="short",
+            )
+        )
+        .with_panel(
+            series(
+                "AlltoAll rate and pipeline bubble",
+                "AlltoAll calls per rank per second (MoE expert parallel), and the share of a "
+                "step the pipeline schedule leaves a stage idle (pipeline parallel training).",
+                [
+                    Query(
+                        f"commpulse_alltoall_calls_per_second{{{HOSTS}}}",
+                        "AlltoAll/s {{instance}}",
+                    ),
+                    Query(
+                        f"commpulse_pipeline_bubble_ratio{{{HOSTS}}}", "bubble share {{instance}}"
+                    ),
+                ],
+                unit="short",
+            )
+        )
+    )
+
     d = d.with_row(db.Row("Agent health"))
     return (
         d.with_panel(

@@ -12,9 +12,20 @@ from typing import Any
 import pytest
 import yaml
 
+from agent.arrivals import ArrivalStats, Percentiles
 from agent.estimate import Estimate
+from agent.p2p import AlltoAllStats, PipelineStats
 from agent.pipeline import SinkHealth, Snapshot, SourceHealth
-from agent.windows import MESSAGE_SIZE_BOUNDS, DeviceStatus, OpTimings, SizeHistogram
+from agent.regime_params import RegimeParams
+from agent.sharding import ShardingStats
+from agent.windows import (
+    BURST_BYTES_BOUNDS,
+    BURST_SECONDS_BOUNDS,
+    MESSAGE_SIZE_BOUNDS,
+    DeviceStatus,
+    OpTimings,
+    SizeHistogram,
+)
 from collectors._base import DeviceInfo
 from tests.conftest import exposition, load_script, require_component
 
@@ -112,6 +123,11 @@ def test_what_the_issue_asks_to_see_is_there() -> None:
         "commpulse_exposed_comm_ratio",
         "instance_device:commpulse_rdma_cnp:rate5m",
         "commpulse_source_up",
+        "commpulse_burst_arrivals_per_second",
+        "commpulse_burst_duration_seconds_bucket",
+        "commpulse_zero_stage",
+        "commpulse_collective_latency_ratio",
+        "commpulse_pipeline_bubble_ratio",
     ):
         assert metric in exprs, metric
     # D is drawn with its 0.5 threshold
@@ -140,6 +156,27 @@ def test_every_query_parses_with_promtool(tmp_path: Path) -> None:
         [promtool, "check", "rules", str(path)], capture_output=True, text=True, check=False
     )
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+def _regime_params() -> RegimeParams:
+    """Every regime parameter known (the live agent never has all at once)."""
+    pct = Percentiles(1.0, 2.0, 3.0)
+    return RegimeParams(
+        arrivals=ArrivalStats(
+            window_s=60.0, dt=0.01, bursts=90, arrival_rate_hz=1.5, size_bytes=pct,
+            duration_s=pct, inter_arrival_mean_s=0.66, inter_arrival_cv=0.9, gap_mean_s=0.6,
+            gap_cv=1.0, verdict="poisson", busy_ratio=0.05, resolved=True,
+        ),
+        sharding=ShardingStats(
+            comm="c", nranks=16, processes=8, stage="zero2", reason="", calls_per_process={},
+            allgather_per_reduce_scatter=1.0, period_s=1.0, steps=10, collectives_per_step=64.0,
+            allgather_per_step=32.0, reduce_scatter_per_step=32.0, message_bytes=pct,
+            layer_gap_s=0.002, latency_s=1e-5, latency_source="config",
+            latency_per_step_s=6.4e-4, latency_share=6.4e-4,
+        ),
+        alltoall=AlltoAllStats(30, 30, 0, 1, 8, pct, 0.5),
+        pipeline=PipelineStats(4, 1, 4, 80, pct, (0,), None, 8.0, 3 / 11),
+    )  # fmt: skip
 
 
 def _full_exposition() -> str:
@@ -191,6 +228,9 @@ def _full_exposition() -> str:
             },
             message_sizes=SizeHistogram(MESSAGE_SIZE_BOUNDS, (1,) * 14, 1e6),
             collective_timings={"AllReduce": OpTimings((1,) * 14, 0.5, 1e11)},
+            regime=_regime_params(),
+            burst_bytes=SizeHistogram(BURST_BYTES_BOUNDS, (1,) * 12, 1e6),
+            burst_seconds=SizeHistogram(BURST_SECONDS_BOUNDS, (1,) * 16, 1.0),
         )
     )
     return text + GOLDEN_DEVICES.read_text()

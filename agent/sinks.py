@@ -14,6 +14,7 @@ import collections
 import contextlib
 import json
 import logging
+import math
 import random
 import ssl
 from typing import Any
@@ -30,10 +31,29 @@ __all__ = ["MqttSink", "estimate_message"]
 log = logging.getLogger(__name__)
 
 
+def _finite(value: Any) -> Any:
+    """``value`` with every non-finite float replaced by None (JSON has no NaN)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
+
+
 def estimate_message(snapshot: Snapshot, host: str) -> bytes:
-    """The JSON document published per hop: the analyze --json keys plus context."""
+    """The JSON document published per hop: the analyze --json keys plus context.
+
+    ``arrivals``, ``sharding``, ``alltoall`` and ``pipeline`` are the window's regime
+    parameters, as analyze gives them for a file (each null when unknown).
+    """
     assert snapshot.estimate is not None
     body: dict[str, Any] = snapshot.estimate.to_json()
+    rp = snapshot.regime
+    arrivals = None
+    if rp is not None and rp.arrivals is not None:
+        arrivals = {**rp.arrivals.to_json(), "direction": rp.arrival_direction}
     body.update(
         host=host,
         time=snapshot.wall_time_s,
@@ -42,8 +62,12 @@ def estimate_message(snapshot: Snapshot, host: str) -> bytes:
         agent_version=__version__,
         job_id=snapshot.job_id,
         last_burst_time=snapshot.last_burst_wall_s,
+        arrivals=arrivals,
+        sharding=rp.sharding.to_json() if rp is not None and rp.sharding else None,
+        alltoall=rp.alltoall.to_json() if rp is not None and rp.alltoall else None,
+        pipeline=rp.pipeline.to_json() if rp is not None and rp.pipeline else None,
     )
-    return json.dumps(body, separators=(",", ":"), allow_nan=False).encode()
+    return json.dumps(_finite(body), separators=(",", ":"), allow_nan=False).encode()
 
 
 def _retrieve_disconnect_error(client: aiomqtt.Client) -> None:

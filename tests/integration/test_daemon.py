@@ -219,6 +219,19 @@ def test_run_converges_streams_survives_broker_restart_reload_and_stops(
         body = json.loads(sub.since(0, est_topic)[-1])
         assert body["host"] == "testhost"
         assert approx(body["period_s"], PERIOD, 0.02)
+        # The window's regime parameters ride along: one burst per step, regular as a clock
+        # (a verdict needs 8 gaps between bursts in the window: a few seconds more).
+        _wait(
+            lambda: (
+                _scrape(metrics_port).get("commpulse_burst_arrival_pattern|pattern=periodic") == 1.0
+            ),
+            20,
+            "the arrival pattern",
+        )
+        body = json.loads(sub.since(0, est_topic)[-1])
+        assert approx(body["arrivals"]["arrival_rate_hz"], 1 / PERIOD, 0.1)
+        assert body["arrivals"]["verdict"] == "periodic"
+        assert body["sharding"]["zero_stage"] in ("ddp_or_zero1", "unknown")
         assert b"online" in sub.since(0, status_topic)
 
         # 3. The broker dies and comes back: publishing resumes.

@@ -742,6 +742,12 @@ def estimate_period(
             f"period is {period / dt:.1f} samples at the poll rate; under 8 samples per period "
             "an alias cannot be told from a true period: poll faster"
         )
+    if inner is not None and inner.period_s / dt < 2 * cfg.min_lag_level0:
+        warnings.append(
+            f"inner period is {inner.period_s / dt:.1f} samples at the poll rate: periods under "
+            f"{cfg.min_lag_level0} samples are not looked for, so it may be a multiple of the "
+            "true layer spacing (the NCCL log's layer gap is exact): poll faster"
+        )
     return PeriodResult(
         period_s=period,
         confidence=_confidence(clearest, cv, cfg),

@@ -74,6 +74,7 @@ COLUMNS = (
     "burst_duration_p50_s",
     "burst_duration_p99_s",
     "pipeline_stages",
+    "pipeline_bubble_ratio",
     "zero_stage",
     "collectives_per_step",
     "layer_gap_s",
@@ -294,6 +295,7 @@ def planning_rows(
                 "message_bytes_p50": sizes.get("p50"),
                 "message_bytes_p99": sizes.get("p99"),
                 "pipeline_stages": pipeline.get("stages"),
+                "pipeline_bubble_ratio": pipeline.get("bubble_ratio"),
                 "note": pipeline.get("reason"),
             }
         )

@@ -187,7 +187,7 @@ def test_inference_rows_carry_arrivals_alltoall_and_pipeline() -> None:
                   "message_bytes": {"p50": 16777216.0, "p99": 16777216.0},
                   "call_rate_per_rank_hz": 62.9},
         pipeline={"stages": 4, "nranks": 8, "p2p_calls": 40, "reason": None,
-                  "message_bytes": {"p50": 1e6, "p99": 2e6}},
+                  "message_bytes": {"p50": 1e6, "p99": 2e6}, "bubble_ratio": 0.27},
     )  # fmt: skip
     job, a2a, pipe = rows
     assert job["period_s"] is None
@@ -201,6 +201,7 @@ def test_inference_rows_carry_arrivals_alltoall_and_pipeline() -> None:
     assert a2a["arrival_rate_hz"] == 62.9
     assert "12 from grouped Send/Recv" in a2a["note"]
     assert (pipe["row"], pipe["pipeline_stages"], pipe["calls"]) == ("pipeline", 4, 40)
+    assert pipe["pipeline_bubble_ratio"] == 0.27
     assert next(iter(csv.reader(io.StringIO(render_rows(rows, "csv"))))) == list(COLUMNS)
 
 

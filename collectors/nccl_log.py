@@ -44,6 +44,7 @@ __all__ = [
     "DATATYPE_SIZES",
     "KNOWN_OPS",
     "MAX_LINE_BYTES",
+    "P2P_OPS",
     "PER_RANK_OPS",
     "UNKNOWN_OP",
     "CallKind",
@@ -90,6 +91,10 @@ PER_RANK_OPS: Final[frozenset[str]] = frozenset(
 KNOWN_OPS: Final[frozenset[str]] = PER_RANK_OPS | frozenset(
     {"AllReduce", "Broadcast", "Reduce", "Send", "Recv", "PutSignal", "Signal", "WaitSignal"}
 )
+
+#: Point-to-point ops: their COLL line's ``root`` is the peer rank (``src/collectives.cc``), kept
+#: per call as the call's peer (-1 for every other op, whose root is a root or 0).
+P2P_OPS: Final[frozenset[str]] = frozenset({"Send", "Recv"})
 
 #: Op name given to NCCL 2.3.5 COLL lines, which print no op name (``src/collectives/*.cu @
 #: v2.3.5-5``). All five ops then have the same format except that Broadcast/Reduce add ``root``,
@@ -153,7 +158,7 @@ _COLL_BARE_RE: Final = _rx(r"(?<![A-Za-z])" + _COLL_BODY)
 # Prefix and COLL message in one search (parse_line's common case).
 _COLL_FULL_RE: Final = _rx(_TS + _HOST_PID_TID_DEV + r"NCCL INFO " + _COLL_BODY)
 # The same, capturing only what NcclLogAccumulator.feed accounts (timestamp seconds and
-# fraction, host, pid, op, count, datatype, comm, nranks): fewer groups make the hot-path
+# fraction, host, pid, op, count, datatype, root, comm, nranks): fewer groups make the hot-path
 # search and groups() cheaper. It accepts exactly the lines _COLL_FULL_RE accepts.
 _COLL_FAST_RE: Final = _rx(
     r"(?:\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)(?:\.(\d+))?\] )?"
@@ -162,7 +167,7 @@ _COLL_FAST_RE: Final = _rx(
     + _PTR
     + r") recvbuff (?:"
     + _PTR
-    + r") count (\d{1,20}) datatype (\d{1,10}) op -?\d{1,10} root -?\d{1,10}"
+    + r") count (\d{1,20}) datatype (\d{1,10}) op -?\d{1,10} root (-?\d{1,10})"
     r" comm (" + _PTR + r") \[nranks=(\d{1,10})\]"
 )
 
@@ -179,7 +184,7 @@ _FAST_BODY_RE: Final = _rx(
     + _PTR
     + r") recvbuff (?:"
     + _PTR
-    + r") count (\d{1,20}) datatype (\d{1,10}) op -?\d{1,10} root -?\d{1,10}"
+    + r") count (\d{1,20}) datatype (\d{1,10}) op -?\d{1,10} root (-?\d{1,10})"
     r" comm (" + _PTR + r") \[nranks=(\d{1,10})\]"
 )
 
@@ -190,8 +195,8 @@ _FAST_LINE_RE: Final = _rx(
 )
 
 #: A COLL record on the live fast path: (NCCL timestamp or None, op, S or None, nranks, comm
-#: pointer, "host:pid").
-FastCall = tuple[float | None, str, int | None, int, str, str]
+#: pointer, "host:pid", peer: the ``root`` of a Send/Recv, -1 for every other op).
+FastCall = tuple[float | None, str, int | None, int, str, str, int]
 
 # The live tailer's bulk path: one regex split over a whole chunk of complete lines, one match
 # per line, so no Python runs per line (split, unlike findall, makes no tuple per match: its
@@ -223,12 +228,13 @@ _BULK_WHO_RE: Final = _rx(
 )
 _BULK_MID_RE: Final = _rx(
     r"sendbuff (?:" + _PTR + r") recvbuff (?:" + _PTR + r") count (\d{1,20}) datatype (\d{1,10})"
-    r" op -?\d{1,10} root -?\d{1,10} comm (" + _PTR + r") \[nranks=(\d{1,10})\]"
+    r" op -?\d{1,10} root (-?\d{1,10}) comm (" + _PTR + r") \[nranks=(\d{1,10})\]"
 )
 _UNSEEN: Final = -2  # a pair of line pieces not in the cache yet
 
-#: A call kind of the bulk path: (op, S or None, nranks or 0, comm pointer, "host:pid").
-CallKind = tuple[str, int | None, int, str, str]
+#: A call kind of the bulk path: (op, S or None, nranks or 0, comm pointer, "host:pid", peer).
+#: The peer is -1 for every op but Send/Recv, so collectives with other roots share a kind.
+CallKind = tuple[str, int | None, int, str, str, int]
 
 # NCCL 2.3.5 only (src/collectives/*.cu @ v2.3.5-5): no op name, a "size" field in bytes, and
 # "root %d" only in broadcast.cu/reduce.cu.
@@ -834,7 +840,8 @@ class NcclLogSummary:
     """Everything the agent keeps from an NCCL log; arrays hold one entry per COLL record.
 
     ``call_times_s`` is NaN where a line had no timestamp; ``call_bytes`` NaN where S is unknown.
-    ``call_op_ids`` index ``op_names``; ``call_comm_ids`` index ``comm_keys``. ``nranks`` is the
+    ``call_op_ids`` index ``op_names``; ``call_comm_ids`` index ``comm_keys``; ``call_peers`` is
+    the peer rank of a Send or Recv (its ``root`` field), -1 for every other op. ``nranks`` is the
     largest nranks of any communicator or COLL line. ``unparsed_nccl_lines`` counts lines that
     mention ``NCCL INFO``/``NCCL WARN`` with a record that could not be decoded (including
     over-long lines, also counted in ``overlong_lines``).
@@ -849,6 +856,7 @@ class NcclLogSummary:
     call_comm_ids: _I32
     comm_keys: tuple[CommKey, ...]
     comms: dict[CommKey, CommInfo]
+    call_peers: _I32
     version: str | None
     cuda: str | None
     warn_count: int
@@ -882,6 +890,8 @@ class CallRecord:
     nranks: int | None
     comm: str
     process: str
+    #: The peer rank of a Send/Recv (the line's ``root``), -1 for every other op.
+    peer: int = -1
 
 
 class LiveDecoder:
@@ -890,14 +900,17 @@ class LiveDecoder:
     :meth:`decode_chunks` takes whole chunks of lines: the common line (one prefixed COLL
     record) costs no Python of its own there (see ``_BULK_RE``), and every other line goes
     through :meth:`fast` then :meth:`decode`, which read one line: the common line by one regex
-    search with few groups, each distinct call shape ``(op, count, datatype, nranks)`` resolved
-    to its S once, as in :class:`NcclLogAccumulator`; anything else mentioning NCCL through
-    :func:`parse_records`. WARN lines and lines that mention NCCL but do not decode are counted.
+    search with few groups, each distinct call shape ``(op, count, datatype, nranks, root)``
+    resolved to its S and peer once, as in :class:`NcclLogAccumulator`; anything else mentioning
+    NCCL through :func:`parse_records`. WARN lines and lines that mention NCCL but do not decode
+    are counted. Init (and topology) lines teach each process's comm its commId and rank.
     """
 
-    #: Communicators remembered for :meth:`comm_id` (a job makes a handful; a bound all the same).
+    #: Communicators remembered for :meth:`comm_id` and :meth:`rank` (a job makes a handful; a
+    #: bound all the same).
     MAX_COMMS = 4096
-    #: Call kinds kept by the bulk path (distinct op, S, nranks, comm, process) before a reset.
+    #: Call kinds kept by the bulk path (distinct op, S, nranks, comm, process, peer) before a
+    #: reset.
     MAX_KINDS = 65536
     #: Distinct line pieces whose kind the bulk path remembers (buffers can vary per call),
     #: and their longest length (a real COLL line's pieces have a few hundred characters).
@@ -909,9 +922,10 @@ class LiveDecoder:
     JOIN_CHARS = 1 << 18
 
     def __init__(self) -> None:
-        self._shapes: dict[tuple[str, str, str, str], tuple[int | None, int]] = {}
+        self._shapes: dict[tuple[str, str, str, str, str], tuple[int | None, int, int]] = {}
         self._seconds: dict[str, float | None] = {}
         self._comm_ids: dict[tuple[str, str], str] = {}
+        self._ranks: dict[tuple[str, str], int] = {}
         self.warn_lines = 0
         self.unparsed_lines = 0
         # Bulk path: call kinds (ids valid until the next decode_chunks), and the kind of each
@@ -929,6 +943,14 @@ class LiveDecoder:
         it names the job without any help from the scheduler.
         """
         return self._comm_ids.get((process, comm))
+
+    def rank(self, process: str, comm: str) -> int | None:
+        """This process's rank in its comm pointer, from the comm's Init line; None before one.
+
+        A later Init line of the same pointer (a comm destroyed and another made at its
+        address) replaces it.
+        """
+        return self._ranks.get((process, comm))
 
     def _second(self, sec: str) -> float | None:
         """POSIX second of a ``%F %T`` text, memoised (None: an impossible date)."""
@@ -953,7 +975,7 @@ class LiveDecoder:
         """The line's COLL record if it is the common case (one prefixed record), else None.
 
         None means "not decided here": :meth:`decode` then takes the line. Each distinct call
-        shape ``(op, count, datatype, nranks)`` is resolved to its S once.
+        shape ``(op, count, datatype, nranks, root)`` is resolved to its S and peer once.
         """
         whole = _FAST_LINE_RE.match(line)
         if whole is not None:
@@ -961,7 +983,7 @@ class LiveDecoder:
             end = whole.end()
             if line.find("NCCL ", end) >= 0 or line.find("opCount", end) >= 0:
                 return None
-            sec, frac, host, pid, op, count, dtype, comm, nranks_text = whole.groups()
+            sec, frac, host, pid, op, count, dtype, root, comm, nranks_text = whole.groups()
             if "opCount" in host:
                 return None
         else:
@@ -975,21 +997,23 @@ class LiveDecoder:
             if head is None:
                 return None
             sec, frac, host, pid = head.groups()
-            op, count, dtype, comm, nranks_text = body.groups()
-        shape = self._shapes.get((op, count, dtype, nranks_text))
+            op, count, dtype, root, comm, nranks_text = body.groups()
+        shape = self._shapes.get((op, count, dtype, nranks_text, root))
         if shape is None:
-            shape = self._new_shape(op, count, dtype, nranks_text)
-        return (self._time(sec, frac), op, shape[0], shape[1], comm, f"{host}:{pid}")
+            shape = self._new_shape(op, count, dtype, nranks_text, root)
+        s_bytes, nranks, peer = shape
+        return (self._time(sec, frac), op, s_bytes, nranks, comm, f"{host}:{pid}", peer)
 
     def _new_shape(
-        self, op: str, count: str, dtype: str, nranks_text: str
-    ) -> tuple[int | None, int]:
-        """(S, nranks) of a call shape seen for the first time (cached, up to a bound)."""
+        self, op: str, count: str, dtype: str, nranks_text: str, root: str
+    ) -> tuple[int | None, int, int]:
+        """(S, nranks, peer) of a call shape seen for the first time (cached, up to a bound)."""
         nranks = int(nranks_text)
         elem = DATATYPE_SIZES.get(int(dtype))
-        shape = (collective_bytes(op, int(count), elem, nranks), nranks)
+        peer = int(root) if op in P2P_OPS else -1
+        shape = (collective_bytes(op, int(count), elem, nranks), nranks, peer)
         if len(self._shapes) < 65536:
-            self._shapes[(op, count, dtype, nranks_text)] = shape
+            self._shapes[(op, count, dtype, nranks_text, root)] = shape
         return shape
 
     def decode(self, line: str) -> list[CallRecord]:
@@ -1010,15 +1034,25 @@ class LiveDecoder:
         for event in events:
             if isinstance(event, CollLine):
                 process = f"{event.host}:{event.pid}"
+                peer = event.root if event.op in P2P_OPS else -1
                 out.append(CallRecord(event.timestamp_s, event.op, event.s_bytes, event.nranks,
-                                      event.comm, process))  # fmt: skip
+                                      event.comm, process, peer))  # fmt: skip
             elif isinstance(event, WarnLine):
                 self.warn_lines += 1
-            elif isinstance(event, InitLine) and event.comm_id is not None:
-                if len(self._comm_ids) >= self.MAX_COMMS:
-                    self._comm_ids.clear()
-                self._comm_ids[(f"{event.host}:{event.pid}", event.comm)] = event.comm_id
+            elif isinstance(event, (InitLine, TopologyLine)):
+                self._learn_comm(event)
         return out
+
+    def _learn_comm(self, event: InitLine | TopologyLine) -> None:
+        """Remember what an Init (or topology) line says of its comm: rank, and commId."""
+        key = (f"{event.host}:{event.pid}", event.comm)
+        if len(self._ranks) >= self.MAX_COMMS and key not in self._ranks:
+            self._ranks.clear()
+        self._ranks[key] = event.rank
+        if isinstance(event, InitLine) and event.comm_id is not None:
+            if len(self._comm_ids) >= self.MAX_COMMS:
+                self._comm_ids.clear()
+            self._comm_ids[key] = event.comm_id
 
     # -- bulk path ---------------------------------------------------------------------------
 
@@ -1057,15 +1091,17 @@ class LiveDecoder:
         return np.concatenate(stamps), np.concatenate(kinds)
 
     def kind(self, kind: int) -> CallKind:
-        """(op, S or None, nranks or 0, comm, "host:pid") of a kind from :meth:`decode_chunks`."""
+        """(op, S or None, nranks or 0, comm, "host:pid", peer) of a :meth:`decode_chunks` kind."""
         return self._kinds[kind]
 
     def kind_bytes(self) -> _F64:
         """S of every kind as a float (NaN where unknown), indexed by kind."""
         return np.array(self._kind_bytes, dtype=np.float64)
 
-    def _kind(self, op: str, s_bytes: int | None, nranks: int, comm: str, process: str) -> int:
-        key = (op, s_bytes, nranks, comm, process)
+    def _kind(
+        self, op: str, s_bytes: int | None, nranks: int, comm: str, process: str, peer: int
+    ) -> int:
+        key = (op, s_bytes, nranks, comm, process, peer)
         kind = self._kind_index.get(key)
         if kind is None:
             kind = self._kind_index[key] = len(self._kinds)
@@ -1083,11 +1119,11 @@ class LiveDecoder:
             rest = mid[m.end() :]
             # as in fast(): no other record after this one, no "opCount" in the host
             if "opCount" not in process and "NCCL " not in rest and "opCount" not in rest:
-                count, dtype, comm, nranks_text = m.groups()
-                shape = self._shapes.get((op, count, dtype, nranks_text))
+                count, dtype, root, comm, nranks_text = m.groups()
+                shape = self._shapes.get((op, count, dtype, nranks_text, root))
                 if shape is None:
-                    shape = self._new_shape(op, count, dtype, nranks_text)
-                kind = self._kind(op, shape[0], shape[1], comm, process)
+                    shape = self._new_shape(op, count, dtype, nranks_text, root)
+                kind = self._kind(op, shape[0], shape[1], comm, process, shape[2])
         if len(who or "") + len(mid or "") <= self.MAX_PAIR_CHARS:  # junk stays uncached
             if len(self._pairs) >= self.MAX_PAIRS:
                 self._pairs.clear()
@@ -1154,11 +1190,11 @@ class LiveDecoder:
         if call is not None:
             calls = [call]
         else:
-            calls = [(c.timestamp_s, c.op, c.s_bytes, c.nranks or 0, c.comm, c.process)
+            calls = [(c.timestamp_s, c.op, c.s_bytes, c.nranks or 0, c.comm, c.process, c.peer)
                      for c in self.decode(line)]  # fmt: skip
-        for stamp, op, s_bytes, nranks, comm, process in calls:
+        for stamp, op, s_bytes, nranks, comm, process, peer in calls:
             stamps.append(_NAN if stamp is None else stamp)
-            kinds.append(self._kind(op, s_bytes, nranks, comm, process))
+            kinds.append(self._kind(op, s_bytes, nranks, comm, process, peer))
 
     def _bulk_stamps(self, ts: list[str | None]) -> tuple[_F64, npt.NDArray[np.bool_]]:
         """NCCL timestamps of a chunk's rows (NaN: none) and which rows' text is well-formed.
@@ -1246,9 +1282,9 @@ class NcclLogAccumulator:
 
     ``feed`` is on the agent's hot path. The common line (one prefixed COLL record) is decoded
     by one regex search that captures only what is accounted, and each distinct call shape
-    ``(op, count, datatype, nranks)`` (a "signature": training repeats the same few calls) is
-    resolved to its S once; per line only a signature index, a comm index and a time are
-    appended. Anything else goes through :func:`parse_records`. ``summary`` can be called at any
+    ``(op, count, datatype, nranks, root)`` (a "signature": training repeats the same few calls)
+    is resolved to its S and peer once; per line only a signature index, a comm index and a time
+    are appended. Anything else goes through :func:`parse_records`. ``summary`` can be called at any
     time; feeding may continue afterwards.
     """
 
@@ -1261,9 +1297,11 @@ class NcclLogAccumulator:
         self._version: str | None = None
         self._cuda: str | None = None
         self._nranks: int | None = None
-        # Signatures: key → index; per index op id, S (None = unknown), unknown datatype, hits.
+        # Signatures: key → index; per index op id, S (None = unknown), unknown datatype, peer.
+        # The fast path's key holds the root text, so a Send/Recv's peer is its signature's.
         self._sig_index: dict[tuple[object, ...], int] = {}
         self._sig_op: list[int] = []
+        self._sig_peer: list[int] = []
         self._sig_bytes: list[int | None] = []
         self._sig_unknown_dtype: list[bool] = []
         self._op_index: dict[str, int] = {}
@@ -1291,10 +1329,10 @@ class NcclLogAccumulator:
             if m is not None and line.count("NCCL ") == 1 and line.count("opCount") == 1:
                 # One prefixed COLL record and no other record glued to it.
                 self._nccl_lines += 1
-                sec, frac, host, pid, op, count, dtype, comm, nranks = m.groups()
-                sig = self._sig_index.get((op, count, dtype, nranks))
+                sec, frac, host, pid, op, count, dtype, root, comm, nranks = m.groups()
+                sig = self._sig_index.get((op, count, dtype, nranks, root))
                 if sig is None:
-                    sig = self._new_fast_sig(op, count, dtype, nranks)
+                    sig = self._new_fast_sig(op, count, dtype, nranks, root)
                 self._call_sig.append(sig)
                 ci = self._comm_fast.get((host, pid, comm))
                 if ci is None:
@@ -1372,6 +1410,7 @@ class NcclLogAccumulator:
             [_NAN if b is None else float(b) for b in self._sig_bytes], dtype=np.float64
         )
         sig_op = np.array(self._sig_op, dtype=np.int32)
+        sig_peer = np.array(self._sig_peer, dtype=np.int32)
         times = np.array(self._times, dtype=np.float64)
         keys = tuple(self._comm_index)
         comms = {
@@ -1404,6 +1443,9 @@ class NcclLogAccumulator:
             call_comm_ids=call_comm,
             comm_keys=keys,
             comms=comms,
+            call_peers=(
+                sig_peer[call_sig] if call_sig is not None else np.empty(0, dtype=np.int32)
+            ),
             version=self._version,
             cuda=self._cuda,
             warn_count=self._warns,
@@ -1433,7 +1475,13 @@ class NcclLogAccumulator:
         return _NAN if t is None else t
 
     def _new_sig_index(
-        self, key: tuple[object, ...], op: str, s_bytes: int | None, *, unknown_dtype: bool
+        self,
+        key: tuple[object, ...],
+        op: str,
+        s_bytes: int | None,
+        peer: int,
+        *,
+        unknown_dtype: bool,
     ) -> int:
         op_id = self._op_index.get(op)
         if op_id is None:
@@ -1442,15 +1490,17 @@ class NcclLogAccumulator:
         self._sig_op.append(op_id)
         self._sig_bytes.append(s_bytes)
         self._sig_unknown_dtype.append(unknown_dtype)
+        self._sig_peer.append(peer)
         return sig
 
-    def _new_fast_sig(self, op: str, count: str, dtype: str, nranks_text: str) -> int:
+    def _new_fast_sig(self, op: str, count: str, dtype: str, nranks_text: str, root: str) -> int:
         nranks = int(nranks_text)
         self._see_nranks(nranks)
         elem = DATATYPE_SIZES.get(int(dtype))
         s_bytes = collective_bytes(op, int(count), elem, nranks)
-        key = (op, count, dtype, nranks_text)
-        return self._new_sig_index(key, op, s_bytes, unknown_dtype=elem is None)
+        key = (op, count, dtype, nranks_text, root)
+        peer = int(root) if op in P2P_OPS else -1
+        return self._new_sig_index(key, op, s_bytes, peer, unknown_dtype=elem is None)
 
     def _new_fast_comm(self, host: str, pid_text: str, comm: str, nranks_text: str) -> int:
         ci = self._comm(host, int(pid_text), comm)
@@ -1479,12 +1529,13 @@ class NcclLogAccumulator:
 
     def _add_coll(self, event: CollLine) -> None:
         # Int-typed key: cannot collide with the fast path's text keys.
-        key = (event.op, event.s_bytes, event.elem_size is None, event.nranks, 0)
+        peer = event.root if event.op in P2P_OPS else -1
+        key = (event.op, event.s_bytes, event.elem_size is None, event.nranks, peer, 0)
         sig = self._sig_index.get(key)
         if sig is None:
             self._see_nranks(event.nranks)
             sig = self._new_sig_index(
-                key, event.op, event.s_bytes, unknown_dtype=event.elem_size is None
+                key, event.op, event.s_bytes, peer, unknown_dtype=event.elem_size is None
             )
         ci = self._comm(event.host, event.pid, event.comm)
         state = self._comm_states[ci]

@@ -6,7 +6,8 @@ survives what happens to log files in practice:
 * **rename rotation / delete and re-create**: a changed inode on the path means a new file; the
   old one is read to its end first (its descriptor is still open), then the new one from 0;
 * **copytruncate / overwrite on restart** (NCCL opens its file with ``"w"``): a size below our
-  offset means the file was truncated; reading restarts at 0;
+  offset, or first bytes or bytes just before our offset that changed, mean the file was
+  truncated or rewritten; reading restarts at 0;
 * **partial last lines** are held until their newline arrives; a line longer than
   ``max_line_bytes`` is dropped and counted, never buffered whole;
 * **agent restarts**: offsets are saved (with the file's device, inode and a fingerprint of its
@@ -38,7 +39,7 @@ import numpy.typing as npt
 
 from agent.clock import Clock
 from agent.errors import ConfigError, SourceUnavailable
-from collectors._base import CallBatch, Emit, LogLine, Reading, SourceStats
+from collectors._base import CallBatch, CallKey, Emit, LogLine, Reading, SourceStats
 from collectors._config import check_interval, doc
 from collectors._sampler import Sampler
 from collectors.nccl_log import MAX_LINE_BYTES, FastCall, LiveDecoder
@@ -51,6 +52,8 @@ F64 = npt.NDArray[np.float64]
 
 #: Bytes hashed to recognise a file again after an agent restart.
 FINGERPRINT_BYTES = 256
+#: Bytes before the read offset kept to notice a file rewritten to at least the same size.
+TAIL_BYTES = 64
 #: Most bytes read from one file per poll (keeps one poll short; the rest comes next poll).
 READ_CHUNK = 1 << 20
 
@@ -107,6 +110,7 @@ class _File:
     partial: bytearray = field(default_factory=bytearray)
     skipping: bool = False  # inside an over-long line: drop bytes up to its newline
     head: bytes = b""  # the file's first bytes as we read them: a rewrite changes them
+    tail: bytes = b""  # the bytes just before ``offset``: a rewrite to the same size changes them
     old: list[_File] = field(default_factory=list)  # rotated predecessors still being drained
 
 
@@ -208,13 +212,14 @@ class Tailer:
             saved_offset = entry.get("offset")
             if same and isinstance(saved_offset, int) and 0 <= saved_offset <= st.st_size:
                 offset = saved_offset
-        head = b""
+        head = tail = b""
         if offset:
             try:
                 head = os.pread(fd, min(FINGERPRINT_BYTES, offset), 0)
+                tail = os.pread(fd, min(TAIL_BYTES, offset), offset - min(TAIL_BYTES, offset))
             except OSError:
-                head = b""
-        self._files[path] = _File(path, fd, st.st_dev, st.st_ino, offset, head=head)
+                head = tail = b""
+        self._files[path] = _File(path, fd, st.st_dev, st.st_ino, offset, head=head, tail=tail)
         self.stats.files = len(self._files)
 
     def _read(self, f: _File) -> list[str]:
@@ -241,6 +246,7 @@ class Tailer:
         if len(f.head) < FINGERPRINT_BYTES and f.offset < FINGERPRINT_BYTES:
             f.head = (f.head + data[: FINGERPRINT_BYTES - f.offset])[:FINGERPRINT_BYTES]
         f.offset += size
+        f.tail = bytes((f.tail + data[-TAIL_BYTES:])[-TAIL_BYTES:])
         last = buf.rfind(b"\n", 0, size)
         if last < 0:  # no line ends in this chunk
             if not f.skipping:
@@ -313,7 +319,7 @@ class Tailer:
             f.offset = 0
             f.partial.clear()
             f.skipping = False
-            f.head = b""
+            f.head = f.tail = b""
 
     @staticmethod
     def _size(f: _File) -> int:
@@ -324,11 +330,17 @@ class Tailer:
 
     @staticmethod
     def _rewritten(f: _File) -> bool:
-        """The file's first bytes differ from what we read there: it was rewritten in place."""
-        if not f.head:
-            return False
+        """The file's first bytes, or the last ones we read, differ from what we read there.
+
+        Either means it was rewritten in place. The last bytes catch a copytruncate followed by
+        writes that regrow the file past our offset between two polls, with the same first
+        bytes (a job restarted with the same banner): its size alone cannot tell.
+        """
         try:
-            return os.pread(f.fd, len(f.head), 0) != f.head
+            if f.head and os.pread(f.fd, len(f.head), 0) != f.head:
+                return True
+            at = f.offset - len(f.tail)
+            return bool(f.tail) and at >= 0 and os.pread(f.fd, len(f.tail), at) != f.tail
         except OSError:
             return False
 
@@ -411,7 +423,8 @@ def decode_batch(
 
     ``time_of(nccl_timestamp, arrival)`` places a call on the agent's clock. The per-line
     reference of :func:`decode_texts` (the live path before it): one fast regex per COLL line,
-    a shape cache for S, plain lists; about 4x slower.
+    a shape cache for S, plain lists; about 4x slower. ``keys`` are in order of first call,
+    each caller's rank as the decoder knows it once the whole batch is decoded.
     """
     times: list[float] = []
     sizes: list[float] = []
@@ -427,10 +440,10 @@ def decode_batch(
             calls.append(call)
         elif "NCCL " in line or "opCount " in line:  # init, WARN, glued or cut records
             calls.extend(
-                (c.timestamp_s, c.op, c.s_bytes, c.nranks or 0, c.comm, c.process)
+                (c.timestamp_s, c.op, c.s_bytes, c.nranks or 0, c.comm, c.process, c.peer)
                 for c in decoder.decode(line)
             )
-    for stamp, op, size, call_nranks, comm, process in calls:
+    for stamp, op, size, call_nranks, comm, process, _peer in calls:
         times.append(time_of(stamp, arrival))
         sizes.append(float("nan") if size is None else float(size))
         entry = ops.get(op)
@@ -447,6 +460,13 @@ def decode_batch(
         processes.add(process)
     if not times:
         return None
+    # Who made each call: the distinct calls but for their time, then the key of each (calls
+    # that differ only in S share one), both numbered in order of first appearance.
+    alike: dict[tuple[str, int | None, int, str, str, int], int] = {}
+    call_alike = [alike.setdefault(call[1:], len(alike)) for call in calls]
+    key_index: dict[tuple[str, str, str, int, int], int] = {}  # the CallKey but its rank
+    alike_keys = [key_index.setdefault((op, process, comm, n, peer), len(key_index))
+                  for op, _, n, comm, process, peer in alike]  # fmt: skip
     return CallBatch(
         times=np.asarray(times),
         s_bytes=np.asarray(sizes),
@@ -454,6 +474,8 @@ def decode_batch(
         nranks=nranks,
         processes=frozenset(processes),
         comm_id=_job_comm_id(decoder, world),
+        key_ids=np.array(alike_keys, dtype=np.int32)[call_alike],
+        keys=tuple(_call_key(decoder, *who) for who in key_index),
     )
 
 
@@ -473,15 +495,24 @@ def decode_texts(
     stamps, kinds = decoder.decode_chunks(texts)
     if not kinds.size:
         return None
-    # Each kind once, in order of first appearance (the op order decode_batch gives).
-    used, first, counts = np.unique(kinds, return_index=True, return_counts=True)
+    # Each kind once, in order of first appearance (the op and key order decode_batch gives).
+    used, first, inverse, counts = np.unique(
+        kinds, return_index=True, return_inverse=True, return_counts=True
+    )
     order = np.argsort(first, kind="stable")
     ops: dict[str, list[int]] = {}
     nranks: int | None = None
     processes: set[str] = set()
     seen: list[tuple[int, str, str]] = []
+    key_index: dict[tuple[str, str, str, int, int], int] = {}
+    kind_keys: list[int] = []  # the key id of each kind, in order of first appearance
     for kind, calls in zip(used[order].tolist(), counts[order].tolist(), strict=True):
-        op, size, call_nranks, comm, process = decoder.kind(kind)
+        op, size, call_nranks, comm, process, peer = decoder.kind(kind)
+        who = (op, process, comm, call_nranks, peer)  # kinds that differ in S share a key
+        key_id = key_index.get(who)
+        if key_id is None:
+            key_id = key_index[who] = len(key_index)
+        kind_keys.append(key_id)
         entry = ops.get(op)
         if entry is None:
             entry = ops[op] = [0, 0]
@@ -492,6 +523,8 @@ def decode_texts(
         processes.add(process)
         seen.append((call_nranks, process, comm))
     world = {(process, comm) for n, process, comm in seen if nranks and n == nranks}
+    key_of_used = np.empty(used.size, dtype=np.int32)
+    key_of_used[order] = kind_keys
     return CallBatch(
         times=place(stamps, arrival),
         s_bytes=decoder.kind_bytes()[kinds],
@@ -499,6 +532,27 @@ def decode_texts(
         nranks=nranks,
         processes=frozenset(processes),
         comm_id=_job_comm_id(decoder, world),
+        key_ids=key_of_used[inverse],
+        keys=tuple(_call_key(decoder, *who) for who in key_index),
+    )
+
+
+def _call_key(
+    decoder: LiveDecoder, op: str, process: str, comm: str, nranks: int, peer: int
+) -> CallKey:
+    """The :class:`CallKey` of calls made alike (nranks 0: unknown).
+
+    With the caller's rank and the communicator's commId (the same in every process of it) as
+    the decoder knows them.
+    """
+    return CallKey(
+        op,
+        process,
+        comm,
+        nranks or None,
+        peer,
+        decoder.rank(process, comm),
+        decoder.comm_id(process, comm),
     )
 
 

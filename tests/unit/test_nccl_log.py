@@ -244,6 +244,8 @@ def test_coll_lines_every_version_prefix_and_timestamp(
     summary = acc.summary()
     assert summary.calls_total == 1
     assert summary.call_ops == [event.op]
+    assert summary.call_peers.tolist() == [event.root if event.op in ("Send", "Recv") else -1]
+    assert summary.call_peers.dtype == np.int32
     stats = summary.collectives[event.op]
     assert stats.count == 1
     assert stats.bytes == (event.s_bytes or 0)
@@ -825,6 +827,8 @@ def test_empty_summary() -> None:
     assert summary.nranks is None
     assert summary.call_times_s.shape == (0,)
     assert summary.call_bytes.dtype == np.float64
+    assert summary.call_peers.shape == (0,)
+    assert summary.call_peers.dtype == np.int32
     assert summary.call_ops == []
     assert summary.comms == {}
     assert summary.version is None
@@ -1052,6 +1056,7 @@ def test_live_decoder_agrees_with_parse_records_on_coll_lines() -> None:
         assert len(fast) == len(slow)
         for f, s in zip(fast, slow, strict=True):
             assert (f.op, f.s_bytes, f.nranks, f.comm) == (s.op, s.s_bytes, s.nranks, s.comm)
+            assert f.peer == (s.root if s.op in ("Send", "Recv") else -1)
             assert f.process == f"{s.host}:{s.pid}"
             assert (f.timestamp_s is None) == (s.timestamp_s is None)
             if f.timestamp_s is not None:
@@ -1061,7 +1066,7 @@ def test_live_decoder_agrees_with_parse_records_on_coll_lines() -> None:
 
 _COLL_MSG = (
     "NCCL INFO {op}: opCount {oc:x} sendbuff 0x7f0000 recvbuff 0x7f0000 count {count} datatype "
-    "{dt} op 0 root 0 comm 0x55aa{comm:x} [nranks={n}] stream 0x55bb"
+    "{dt} op 0 root {root} comm 0x55aa{comm:x} [nranks={n}] stream 0x55bb"
 )
 
 
@@ -1069,8 +1074,10 @@ _COLL_MSG = (
     launcher=st.sampled_from(["", "[rank3]:", "[default0]:", "3: ", "[1,0]<stdout>:",
                               "(RayTrainWorker pid=12, ip=10.0.0.1) ", "junk opCount ", "x y "]),
     stamp=st.sampled_from(["", "[2026-05-05 06:16:47] ", "[2026-05-05 06:16:47.123456] "]),
-    op=st.sampled_from(["AllReduce", "AllGather", "ReduceScatter", "Broadcast", "Send", "Foo"]),
+    op=st.sampled_from(["AllReduce", "AllGather", "ReduceScatter", "Broadcast", "Send", "Recv",
+                        "Foo"]),
     count=st.integers(0, 2**40),
+    root=st.integers(-1, 4096),
     dt=st.integers(0, 12),
     n=st.integers(1, 4096),
     comm=st.integers(0, 255),
@@ -1078,23 +1085,32 @@ _COLL_MSG = (
 )  # fmt: skip
 @settings(max_examples=300, deadline=None)
 def test_live_fast_path_agrees_with_the_full_parser(
-    launcher: str, stamp: str, op: str, count: int, dt: int, n: int, comm: int, suffix: str
+    launcher: str,
+    stamp: str,
+    op: str,
+    count: int,
+    root: int,
+    dt: int,
+    n: int,
+    comm: int,
+    suffix: str,
 ) -> None:
     """The live decoder's fast path takes a line only when the full parser reads the same
     single record from it; everything else goes to the full parser."""
     from collectors.nccl_log import LiveDecoder, parse_records
 
-    msg = _COLL_MSG.format(op=op, oc=7, count=count, dt=dt, comm=comm, n=n)
+    msg = _COLL_MSG.format(op=op, oc=7, count=count, root=root, dt=dt, comm=comm, n=n)
     line = f"{launcher}{stamp}gpu-07:4242:4243 [3] {msg}{suffix}"
     decoder = LiveDecoder()
     fast = decoder.fast(line)
     slow = [e for e in parse_records(line) if type(e).__name__ == "CollLine"]
     got = LiveDecoder().decode(line)
-    assert [(c.op, c.s_bytes, c.nranks, c.comm, c.process) for c in got] == [
-        (s.op, s.s_bytes, s.nranks, s.comm, f"{s.host}:{s.pid}") for s in slow
+    peer = root if op in ("Send", "Recv") else -1
+    assert [(c.op, c.s_bytes, c.nranks, c.comm, c.process, c.peer) for c in got] == [
+        (s.op, s.s_bytes, s.nranks, s.comm, f"{s.host}:{s.pid}", peer) for s in slow
     ]
     if fast is not None:
         (record,) = slow
         assert fast[1:] == (record.op, record.s_bytes, record.nranks, record.comm,
-                            f"{record.host}:{record.pid}")  # fmt: skip
+                            f"{record.host}:{record.pid}", peer)  # fmt: skip
         assert (fast[0] is None) == (record.timestamp_s is None)

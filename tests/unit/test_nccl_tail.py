@@ -327,7 +327,11 @@ def _body(draw: st.DrawFn) -> str:
                 f"op 0{tag} comm {comm} [nranks=8] stream 0x2")  # fmt: skip
     if kind == 6:
         cid = draw(st.sampled_from(["58cdb93b4894c109", "a1", "ff00"]))
-        return (f"NCCL INFO ncclCommInitRank comm {comm} rank 0 nranks "
+        rank = draw(st.integers(0, 3))
+        if draw(st.booleans()):  # the topology line (2.20+) names the rank too
+            return (f"NCCL INFO comm {comm} rank {rank} nRanks 8 nNodes 1 localRanks 8 "
+                    f"localRank {rank} MNNVL 0")  # fmt: skip
+        return (f"NCCL INFO ncclCommInitRank comm {comm} rank {rank} nranks "
                 f"{draw(st.sampled_from([8, 64]))} cudaDev 0 nvmlDev 0 busId 18000 commId 0x{cid} "
                 f"- Init {draw(st.sampled_from(['START', 'COMPLETE']))}")  # fmt: skip
     if kind == 7:
@@ -378,7 +382,7 @@ def _line_by_line(decoder: LiveDecoder, lines: list[str]) -> list[FastCall]:
         if call is not None:
             calls.append(call)
         elif "NCCL " in line or "opCount " in line:
-            calls.extend((c.timestamp_s, c.op, c.s_bytes, c.nranks or 0, c.comm, c.process)
+            calls.extend((c.timestamp_s, c.op, c.s_bytes, c.nranks or 0, c.comm, c.process, c.peer)
                          for c in decoder.decode(line))  # fmt: skip
     return calls
 
@@ -404,11 +408,20 @@ def _assert_same_batch(new: CallBatch | None, old: CallBatch | None) -> None:
     assert new.s_bytes.dtype == old.s_bytes.dtype
     assert list(new.ops.items()) == list(old.ops.items())
     assert (new.nranks, new.processes, new.comm_id) == (old.nranks, old.processes, old.comm_id)
+    np.testing.assert_array_equal(new.key_ids, old.key_ids)
+    assert new.key_ids.dtype == old.key_ids.dtype == np.int32
+    assert new.key_ids.shape == new.times.shape
+    assert new.keys == old.keys
+    # every key is used, numbered in order of its first call
+    _, first = np.unique(new.key_ids, return_index=True)
+    assert first.size == len(new.keys)
+    assert (np.diff(first) > 0).all()
 
 
 def _assert_same_decoders(new: LiveDecoder, old: LiveDecoder) -> None:
     assert (new.warn_lines, new.unparsed_lines) == (old.warn_lines, old.unparsed_lines)
     assert new._comm_ids == old._comm_ids
+    assert new._ranks == old._ranks
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -30,7 +30,7 @@ from agent.p2p import (
 )
 from agent.rates import Direction, GridSeries
 from agent.regime import IDLE_BYTES_PER_S
-from agent.sharding import DEFAULT_LATENCY_S, ShardingStats, sharding_stats
+from agent.sharding import DEFAULT_LATENCY_S, ShardingStats, sharding_from_codes
 from collectors._base import CallKey
 
 __all__ = [
@@ -119,11 +119,18 @@ def sharding_of(
     name, nranks, rows = largest
     if latency_s is None:
         latency_s, latency_source = DEFAULT_LATENCY_S, "default"
-    return sharding_stats(
-        table.column("op")[rows].tolist(),
+    # Integer codes per call through the keys: tens of thousands of calls, a few hundred keys.
+    ops = sorted({k.op for k in table.keys})
+    procs = sorted({k.process for k in table.keys})
+    op_of_key = np.asarray([ops.index(k.op) for k in table.keys] + [-1], dtype=np.int64)
+    proc_of_key = np.asarray([procs.index(k.process) for k in table.keys] + [-1], dtype=np.int64)
+    ids = table.key_ids[rows]
+    return sharding_from_codes(
+        op_of_key[ids],
+        ops,
         table.nbytes[rows],
         table.times[rows],
-        table.column("process")[rows].tolist(),
+        proc_of_key[ids],
         period_s=period_s,
         comm=name,
         nranks=nranks,

@@ -58,6 +58,7 @@ __all__ = [
     "calls_per_step",
     "latency_per_step",
     "layer_gap",
+    "sharding_from_codes",
     "sharding_stats",
     "zero_stage",
 ]
@@ -216,11 +217,20 @@ class ShardingStats:
         }
 
 
+def _codes(values: Sequence[str] | npt.NDArray[Any]) -> tuple[npt.NDArray[np.int64], list[str]]:
+    """Integer code per value and the distinct values (in order of first appearance)."""
+    index: dict[str, int] = {}
+    codes = np.fromiter(
+        (index.setdefault(v, len(index)) for v in values), dtype=np.int64, count=len(values)
+    )
+    return codes, list(index)
+
+
 def sharding_stats(
-    ops: Sequence[str],
+    ops: Sequence[str] | npt.NDArray[Any],
     nbytes: FloatArray,
     times_s: FloatArray,
-    process: Sequence[str],
+    process: Sequence[str] | npt.NDArray[Any],
     *,
     period_s: float | None,
     comm: str | None = None,
@@ -234,23 +244,52 @@ def sharding_stats(
     ``process`` hold one entry per COLL record. Calls other than AllReduce, AllGather and
     ReduceScatter are ignored. None when there are none of those (nothing to characterise).
     """
-    op_arr = np.asarray(ops, dtype=object)
-    proc_arr = np.asarray(process, dtype=object)
-    keep = np.isin(op_arr, _STAGE_OPS)
+    op_codes, op_names = _codes(ops)
+    proc_codes, _ = _codes(process)
+    return sharding_from_codes(
+        op_codes, op_names, nbytes, times_s, proc_codes,
+        period_s=period_s, comm=comm, nranks=nranks, latency_s=latency_s,
+        latency_source=latency_source,
+    )  # fmt: skip
+
+
+def sharding_from_codes(
+    op_codes: npt.NDArray[np.integer[Any]],
+    op_names: Sequence[str],
+    nbytes: FloatArray,
+    times_s: FloatArray,
+    process_codes: npt.NDArray[np.integer[Any]],
+    *,
+    period_s: float | None,
+    comm: str | None = None,
+    nranks: int | None = None,
+    latency_s: float = DEFAULT_LATENCY_S,
+    latency_source: str = "default",
+) -> ShardingStats | None:
+    """:func:`sharding_stats` with ops and processes as integer codes (``op_names[code]``).
+
+    The live agent reads tens of thousands of calls a hop: integer compares, not string ones.
+    """
+    code_of = {name: i for i, name in enumerate(op_names)}
+    stage_code = {op: code_of.get(op, -1) for op in _STAGE_OPS}
+    ops_c = np.asarray(op_codes, dtype=np.int64)
+    keep = np.isin(ops_c, [c for c in stage_code.values() if c >= 0])
     if not keep.any():
         return None
-    op_arr, proc_arr = op_arr[keep], proc_arr[keep]
+    op_arr = ops_c[keep]
+    proc_arr = np.asarray(process_codes, dtype=np.int64)[keep]
     sizes = np.asarray(nbytes, dtype=np.float64)[keep]
     times = np.asarray(times_s, dtype=np.float64)[keep]
-    names = sorted(set(proc_arr.tolist()))
-    n_proc = len(names)
-    per_proc = {op: float(np.sum(op_arr == op)) / n_proc for op in _STAGE_OPS}
+    names = np.unique(proc_arr)
+    n_proc = int(names.size)
+    is_op = {op: op_arr == code for op, code in stage_code.items()}
+    per_proc = {op: float(np.count_nonzero(is_op[op])) / n_proc for op in _STAGE_OPS}
     stage, reason = zero_stage(
         per_proc["AllReduce"], per_proc["AllGather"], per_proc["ReduceScatter"]
     )
     ratio = per_proc["AllGather"] / per_proc["ReduceScatter"] if per_proc["ReduceScatter"] else None
     notes: list[str] = []
-    total_bytes = {op: float(np.nansum(sizes[op_arr == op])) for op in _STAGE_OPS}
+    total_bytes = {op: float(np.nansum(sizes[is_op[op]])) for op in _STAGE_OPS}
     if stage.startswith("zero") and total_bytes["AllReduce"] > (
         total_bytes["AllGather"] + total_bytes["ReduceScatter"]
     ):
@@ -258,22 +297,23 @@ def sharding_stats(
     # Per process: calls per step and in-step gaps (the sharding train, or every call for DDP).
     t_ok = period_s is not None and period_s > 0
     gap_ops = _SHARDING_OPS if per_proc["ReduceScatter"] else _STAGE_OPS
+    in_gap = np.logical_or.reduce([is_op[op] for op in gap_ops])
     all_steps: list[float | None] = []
     ag_steps: list[float | None] = []
     rs_steps: list[float | None] = []
     gaps: list[float | None] = []
     steps_seen = 0
     timed = bool(np.isfinite(times).any())
-    for name in names:
+    for name in names.tolist():
         mine = proc_arr == name
         if t_ok and timed:
             assert period_s is not None
             n, steps = calls_per_step(times[mine], period_s)
             all_steps.append(n)
-            ag_steps.append(calls_per_step(times[mine & (op_arr == "AllGather")], period_s)[0])
-            rs_steps.append(calls_per_step(times[mine & (op_arr == "ReduceScatter")], period_s)[0])
+            ag_steps.append(calls_per_step(times[mine & is_op["AllGather"]], period_s)[0])
+            rs_steps.append(calls_per_step(times[mine & is_op["ReduceScatter"]], period_s)[0])
             steps_seen = max(steps_seen, steps)
-        gaps.append(layer_gap(times[mine & np.isin(op_arr, gap_ops)], period_s))
+        gaps.append(layer_gap(times[mine & in_gap], period_s))
     if not timed:
         notes.append("the NCCL log has no timestamps: no calls per step or layer gap")
     elif not t_ok:

@@ -7,7 +7,6 @@ GPU samples pooled, NCCL logs accumulated).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -33,14 +32,8 @@ from agent.sharding import DEFAULT_LATENCY_S, sharding_stats
 from collectors.counters_csv import read_counters_csv
 from collectors.gpu_csv import read_gpu_csv
 from collectors.nccl_inspector import InspectorSummary, read_inspector_files
-from collectors.nccl_log import (
-    MAX_LINE_BYTES,
-    CollLine,
-    NcclLogSummary,
-    parse_records,
-    read_nccl_logs,
-)
-from collectors.pcap import Capture, bin_bytes, read_capture
+from collectors.nccl_log import P2P_OPS, NcclLogSummary, read_nccl_logs
+from collectors.pcap import AckLatency, Capture, bin_bytes, merge_ack_samples, read_capture
 
 __all__ = [
     "AnalysisResult",
@@ -286,7 +279,7 @@ def analyze_files(
     extra["alltoall"] = extra["pipeline"] = None
     if nccl_logs:
         summary = read_nccl_logs(nccl_logs)
-        extra["alltoall"], extra["pipeline"] = sparse_ops_json(summary, nccl_logs)
+        extra["alltoall"], extra["pipeline"] = sparse_ops_json(summary)
         mix = collective_mix(summary)
         sources["nccl_log"] = [str(p) for p in nccl_logs]
         extra["nccl"] = {
@@ -420,55 +413,61 @@ def sharding_json(
     return stats.to_json() if stats is not None else None
 
 
-def _p2p_calls(summary: NcclLogSummary, paths: Sequence[Path]) -> list[P2PCall]:
-    """The log's Send/Recv records with their peers, in log order.
+def _p2p_calls(summary: NcclLogSummary) -> list[P2PCall]:
+    """The log's Send/Recv records with their peers, in log order, from the summary's arrays.
 
-    The summary keeps no peer (the COLL line's ``root`` field), so the lines that name Send or
-    Recv are decoded again with the collector's own parser; nothing is read when the log has
-    no Send/Recv at all.
+    The peer is the COLL line's ``root`` (``call_peers``); the caller's rank and the comm's
+    nranks come from its communicator (``Init COMPLETE`` line, else its first COLL line).
     """
-    if not any(summary.collectives.get(op) for op in ("Send", "Recv")):
+    names = summary.op_names
+    p2p = np.asarray([op in P2P_OPS for op in names] + [False])  # bool even with no op
+    rows = np.flatnonzero(p2p[summary.call_op_ids])
+    if not rows.size:
         return []
+    who: dict[int, tuple[str, str, int | None, int | None]] = {}  # comm id → caller
+    for index in np.unique(summary.call_comm_ids[rows]).tolist():
+        key = summary.comm_keys[index]
+        info = summary.comms.get(key)
+        who[index] = (
+            f"{key[0]}:{key[1]}",
+            key[2],
+            info.rank if info is not None else None,
+            info.nranks if info is not None else None,
+        )
     out: list[P2PCall] = []
-    for path in paths:
-        try:
-            with Path(path).open("r", encoding="utf-8", errors="replace") as fh:
-                for line in fh:
-                    if ("Send: " not in line and "Recv: " not in line) or (
-                        len(line) > MAX_LINE_BYTES
-                    ):
-                        continue
-                    for event in parse_records(line.rstrip("\r\n")):
-                        if isinstance(event, CollLine) and event.op in ("Send", "Recv"):
-                            info = summary.comms.get((event.host, event.pid, event.comm))
-                            out.append(
-                                P2PCall(
-                                    process=f"{event.host}:{event.pid}",
-                                    comm=event.comm,
-                                    op=event.op,
-                                    peer=event.root,
-                                    nbytes=math.nan if event.s_bytes is None else event.s_bytes,
-                                    time_s=(
-                                        math.nan if event.timestamp_s is None else event.timestamp_s
-                                    ),
-                                    rank=info.rank if info is not None else None,
-                                    nranks=event.nranks,
-                                )
-                            )
-        except OSError as exc:
-            raise InputFormatError(path, f"cannot read: {exc.strerror or exc}") from None
+    for op_id, comm_id, peer, nbytes, time_s in zip(
+        summary.call_op_ids[rows].tolist(),
+        summary.call_comm_ids[rows].tolist(),
+        summary.call_peers[rows].tolist(),
+        summary.call_bytes[rows].tolist(),
+        summary.call_times_s[rows].tolist(),
+        strict=True,
+    ):
+        process, comm, rank, nranks = who[comm_id]
+        out.append(
+            P2PCall(
+                process=process,
+                comm=comm,
+                op=names[op_id],
+                peer=peer,
+                nbytes=nbytes,
+                time_s=time_s,
+                rank=rank,
+                nranks=nranks,
+            )
+        )
     return out
 
 
 def sparse_ops_json(
-    summary: NcclLogSummary, paths: Sequence[Path]
+    summary: NcclLogSummary,
 ) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
     """The ``alltoall`` and ``pipeline`` objects: AlltoAll size and rate, P2P stage structure.
 
     AlltoAll counts both the named calls of NCCL 2.28+ and the grouped Send/Recv of older
     versions; each is None when the log has no such traffic.
     """
-    grouped, rest = group_alltoalls(_p2p_calls(summary, paths))
+    grouped, rest = group_alltoalls(_p2p_calls(summary))
     names = summary.op_names
     native = np.zeros(summary.call_op_ids.size, dtype=bool)
     if "AlltoAll" in names:
@@ -491,6 +490,11 @@ def sparse_ops_json(
 def _capture_summary(captures: list[Capture], grids: dict[Direction, GridSeries]) -> dict[str, Any]:
     packets = sum(c.stats.packets for c in captures)
     span = grids["tx"].duration_s
+    acks = merge_ack_samples(c.ack_samples for c in captures if c.ack_samples is not None)
+
+    def _ack_json(p: AckLatency | None) -> dict[str, float | None]:
+        return {k: None if p is None else getattr(p, k) for k in ("p50", "p90", "p99")}
+
     return {
         "packets": packets,
         "bytes": sum(c.stats.bytes for c in captures),
@@ -503,6 +507,11 @@ def _capture_summary(captures: list[Capture], grids: dict[Direction, GridSeries]
         "roce_acks": sum(c.stats.roce_acks for c in captures),
         "roce_naks": sum(c.stats.roce_naks for c in captures),
         "roce_seq_naks": sum(c.stats.roce_seq_naks for c in captures),
+        # RC ACK round trip: the kept samples of every capture merged (a uniform subset).
+        "ack_latency_s": _ack_json(acks.percentiles()),
+        "ack_latency_samples": acks.matched,
+        "ack_latency_local_requester_s": _ack_json(acks.percentiles(1)),
+        "ack_latency_remote_requester_s": _ack_json(acks.percentiles(0)),
         "truncated_files": [str(i) for i, c in enumerate(captures) if c.stats.truncated],
         "bin_s": grids["tx"].dt,
     }

@@ -26,6 +26,21 @@ Rules that matter (``shared/DESIGN.md``, pcap row):
   cut by the snaplen leaves the frame a RoCE frame, with no syndrome.
 * Up to two VLAN tags (802.1Q 0x8100, QinQ 0x88a8 / 0x9100), IPv4 (with options) and IPv6 (with
   hop-by-hop, routing, fragment, destination-options and AH extension headers).
+* RC ACK round-trip latency (``CaptureStats.ack_latency_s``): an ACK's BTH PSN is that of the
+  last request it acknowledges (ACKs coalesce), so each ACK is matched with the RC request of
+  that PSN on the reverse address pair, the latest one at or before the ACK (a retransmission's
+  last copy) and at most :data:`ACK_MATCH_WINDOW_NS` older; one sample per ACK, none for NAKs
+  or for ACKs whose request was not captured. The match is vectorized (one sort per record
+  chunk; see :class:`_AckMatcher`). Ambiguity: the BTH names only the destination queue pair,
+  so a request (to the responder's QP) and its ACK (to the requester's) share no QP number and
+  the key is (addresses, PSN) alone; several QPs between two hosts can use the same PSN value.
+  Taking the latest request before the ACK makes a wrong match need another QP to send that
+  very PSN inside the round trip itself; where the right request was not captured, another
+  QP's within the window can be taken. A host capture sees both sides: requests it sent and
+  its peers' ACKs (``ack_latency_local_requester_s``: fabric round trip plus the peer's ACK
+  turnaround) and its peers' requests with its own ACKs (``ack_latency_remote_requester_s``:
+  its own responder turnaround, no fabric in it); they are split by the source MAC of the
+  request against ``local_mac``.
 
 Malformed files, as decided here:
 
@@ -65,6 +80,9 @@ import numpy.typing as npt
 from agent.errors import InputFormatError
 
 __all__ = [
+    "ACK_MATCH_WINDOW_NS",
+    "AckLatency",
+    "AckSamples",
     "Capture",
     "CaptureStats",
     "FrameColumns",
@@ -73,6 +91,7 @@ __all__ = [
     "bin_bytes",
     "decode_columns",
     "decode_frame",
+    "merge_ack_samples",
     "parse_capture",
     "read_capture",
 ]
@@ -237,6 +256,15 @@ class CaptureStats:
         roce_seq_naks: The NAKs of ``roce_naks`` with NAK code 0, PSN sequence error
             (syndrome 0x60): the responder saw a gap in the PSNs, i.e. a packet was lost and
             the requester goes back and retransmits.
+        ack_latency_s: RC ACK round-trip latency (seconds) over every ACK matched with the
+            captured request whose PSN it carries (see the module docstring); None when none
+            matched.
+        ack_latency_local_requester_s: Of those, the requests the capturing host sent
+            (``local_mac``) and the ACKs its peers returned: the fabric round trip plus the
+            peer's ACK turnaround. None when none, or when no frame carries a MAC.
+        ack_latency_remote_requester_s: The requests the peers sent and the ACKs the
+            capturing host returned: its own responder turnaround (request in, ACK out, both
+            stamped here), no fabric. None as ``ack_latency_local_requester_s``.
     """
 
     packets: int
@@ -257,6 +285,9 @@ class CaptureStats:
     roce_acks: int = 0
     roce_naks: int = 0
     roce_seq_naks: int = 0
+    ack_latency_s: AckLatency | None = None
+    ack_latency_local_requester_s: AckLatency | None = None
+    ack_latency_remote_requester_s: AckLatency | None = None
 
 
 @dataclass(frozen=True)
@@ -270,6 +301,8 @@ class Capture:
         is_tx: bool, the frame's source MAC is ``stats.local_mac``.
         stats: Totals.
         time_ns: int64 POSIX nanoseconds per frame, exact (None when built by hand).
+        ack_samples: The RC ACK latency samples behind ``stats.ack_latency_s``, for merging
+            several captures (:func:`merge_ack_samples`); None when no ACK matched.
     """
 
     time_s: np.ndarray
@@ -277,6 +310,7 @@ class Capture:
     is_tx: np.ndarray
     stats: CaptureStats
     time_ns: np.ndarray | None = None
+    ack_samples: AckSamples | None = None
 
 
 # ------------------------------------------------------------------------------------------
@@ -455,7 +489,7 @@ def decode_frame(buf: bytes | bytearray | memoryview, link_type: int = 1) -> Fra
 _CHUNK = 1 << 16
 _MASK48 = (1 << 48) - 1
 # How far past a frame's start the decoder reads: SLL2 (20) + two tags (8) + IPv4 with
-# options (60) + UDP (8) + the 8 BTH bytes read = 104; the AETH syndrome: byte 108.
+# options (60) + UDP (8) + the 12 BTH bytes read = 108; the AETH syndrome: byte 108.
 _HDR_REACH = 128
 # Up to this many bytes at a buffer's end are copied rather than decoded in two passes.
 _TAIL_COPY = 1 << 22
@@ -496,6 +530,7 @@ class FrameColumns:
         cnp: bool, a RoCEv2 CNP (BTH opcode 0x81).
         bth_opcode: int16, BTH opcode; -1 where not ``roce``.
         dest_qp: int32, BTH destination QP (24 bits); -1 where not ``roce``.
+        psn: int32, BTH packet sequence number (24 bits, BTH bytes 9-11); -1 where not ``roce``.
         aeth_syndrome: int16, the AETH syndrome byte (0-255) of a ``roce`` frame with BTH
             opcode 0x11 or 0x12 whose 4-byte AETH is within the captured bytes; -1 elsewhere
             (see :attr:`FrameInfo.aeth_syndrome`).
@@ -533,6 +568,7 @@ class FrameColumns:
     cnp: _Bool
     bth_opcode: npt.NDArray[np.int16]
     dest_qp: npt.NDArray[np.int32]
+    psn: npt.NDArray[np.int32]
     aeth_syndrome: npt.NDArray[np.int16]
     src_mac: _U64
     dst_mac: _U64
@@ -620,6 +656,7 @@ def _empty_columns(n: int) -> dict[str, np.ndarray]:
         "cnp": np.zeros(n, dtype=bool),
         "bth_opcode": np.full(n, -1, dtype=np.int16),
         "dest_qp": np.full(n, -1, dtype=np.int32),
+        "psn": np.full(n, -1, dtype=np.int32),
         "aeth_syndrome": np.full(n, -1, dtype=np.int16),
         "src_mac": np.zeros(n, dtype=np.uint64),
         "dst_mac": np.zeros(n, dtype=np.uint64),
@@ -645,7 +682,7 @@ def _fill_scalar(cols: dict[str, np.ndarray], i: int, r: _Decoded | None) -> Non
         cols["ethertype"][i] = 0
         cols["vlan"][i] = -1
         return
-    _dst, _src, et, vlan, ipver, sip, dip, proto, sport, dport, roce, opc, dqp, _psn, syn = r
+    _dst, _src, et, vlan, ipver, sip, dip, proto, sport, dport, roce, opc, dqp, psn, syn = r
     cols["decoded"][i] = True
     cols["ethertype"][i] = et
     cols["vlan"][i] = -1 if vlan is None else vlan
@@ -669,11 +706,12 @@ def _fill_scalar(cols: dict[str, np.ndarray], i: int, r: _Decoded | None) -> Non
         d_hi,
         d_lo,
     )
-    if roce and opc is not None and dqp is not None:
+    if roce and opc is not None and dqp is not None and psn is not None:
         cols["roce"][i] = True
         cols["cnp"][i] = opc == CNP_OPCODE
         cols["bth_opcode"][i] = opc
         cols["dest_qp"][i] = dqp
+        cols["psn"][i] = psn
         cols["aeth_syndrome"][i] = -1 if syn is None else syn
         cols["qp_key"][i] = (ipver << 56 | dqp, d_hi, d_lo)
 
@@ -848,9 +886,10 @@ def _decode_rows(
     roce = has_ports & udp & (dport == ROCEV2_UDP_PORT)
     if roce.any():
         bth = g.be64(o + l4 + 8)
+        psn = g.be32(o + l4 + 16) & np.uint64(0xFFFFFF)  # BTH bytes 8-11: ackreq, PSN
         ok &= ~roce | (c - l4 >= 20)
     else:
-        bth = np.zeros(n, dtype=np.uint64)
+        bth = psn = np.zeros(n, dtype=np.uint64)
     ip &= ok
     has_ports &= ok
     roce &= ok
@@ -872,6 +911,7 @@ def _decode_rows(
     cols["bth_opcode"] = np.where(roce, opcode.astype(np.int16), np.int16(-1))
     dest_qp = bth & np.uint64(0xFFFFFF)
     cols["dest_qp"] = np.where(roce, dest_qp.astype(np.int32), np.int32(-1))
+    cols["psn"] = np.where(roce, psn.astype(np.int32), np.int32(-1))
     # AETH syndrome: one byte read, only for ACKs (0x11 / 0x12) whose AETH was captured.
     acks = np.flatnonzero(roce & ((opcode - np.uint64(0x11)) < np.uint64(2)))
     if acks.size:
@@ -1471,6 +1511,351 @@ def _scan_pcapng(buf: _Buf, size: int, path: Path, meta: _Meta) -> Iterator[_Chu
 
 
 # ------------------------------------------------------------------------------------------
+# RC ACK round-trip latency: each ACK matched with the request whose PSN it carries
+
+# RC opcodes of requests a responder acknowledges by PSN (IBTA vol. 1, 9.2): SEND first /
+# middle / last / only (with immediate: 0x00-0x05), RDMA WRITE (0x06-0x0B), RDMA READ request
+# (0x0C), the atomics (0x13, 0x14) and SEND with invalidate (0x16, 0x17). RDMA READ responses
+# (0x0D-0x10) go the other way, in the requester's PSN space: they are no requests.
+_RC_REQUEST = np.zeros(256, dtype=bool)
+_RC_REQUEST[[*range(0x0D), 0x13, 0x14, 0x16, 0x17]] = True
+#: Longest request-to-ACK time matched (nanoseconds); an older request is another exchange.
+ACK_MATCH_WINDOW_NS = 1_000_000_000
+#: Most latency samples kept per capture for the percentiles (a deterministic uniform subset).
+ACK_SAMPLES_KEPT = 100_000
+#: Most requests carried from one record chunk to the next for ACKs in the next chunk.
+ACK_CARRY = 1 << 14
+_KEY_WORDS = 5  # ip_version << 56 | PSN, requester address (2 words), responder address (2)
+
+
+@dataclass(frozen=True)
+class AckLatency:
+    """RC ACK round-trip latency percentiles, seconds.
+
+    Attributes:
+        p50: Median.
+        p90: 90th percentile.
+        p99: 99th percentile.
+        samples: Request/ACK pairs matched (every one, although the percentiles come from at
+            most :data:`ACK_SAMPLES_KEPT` of them).
+    """
+
+    p50: float
+    p90: float
+    p99: float
+    samples: int
+
+
+@dataclass(frozen=True, eq=False)
+class AckSamples:
+    """The latency samples of one or more captures, kept for percentiles and merging.
+
+    A sample is kept when its priority (a hash of the ACK's time and key) is among the
+    :data:`ACK_SAMPLES_KEPT` smallest: a uniform subset, the same on every run, and mergeable
+    (the kept samples of several captures, cut to the smallest priorities again, are a uniform
+    subset of all their samples).
+
+    Attributes:
+        latency_ns: int64, ACK time minus request time of each kept sample.
+        priority: uint64, the sample's priority.
+        requester: int8, 1 where the request came from the capturing host (``local_mac``:
+            fabric round trip plus the peer's ACK turnaround), 0 where it came from a peer
+            (the capturing host's own responder turnaround, no fabric), -1 unknown (no MACs).
+        matched: Pairs matched in all.
+        local_matched: Of them, with a local requester.
+        remote_matched: Of them, with a remote requester.
+    """
+
+    latency_ns: npt.NDArray[np.int64]
+    priority: _U64
+    requester: npt.NDArray[np.int8]
+    matched: int
+    local_matched: int = 0
+    remote_matched: int = 0
+
+    def percentiles(self, requester: int | None = None) -> AckLatency | None:
+        """P50/P90/P99 of all samples, or of those of one ``requester`` class (1, 0, -1)."""
+        if requester is None:
+            lat, count = self.latency_ns, self.matched
+        else:
+            lat = self.latency_ns[self.requester == requester]
+            count = {1: self.local_matched, 0: self.remote_matched}.get(
+                requester, self.matched - self.local_matched - self.remote_matched
+            )
+        if lat.size == 0 or count == 0:
+            return None
+        p50, p90, p99 = (float(v) / 1e9 for v in np.percentile(lat, [50.0, 90.0, 99.0]))
+        return AckLatency(p50, p90, p99, count)
+
+
+def merge_ack_samples(parts: Iterable[AckSamples]) -> AckSamples:
+    """The samples of several captures as one (still at most :data:`ACK_SAMPLES_KEPT`)."""
+    parts = list(parts)
+    lat = np.concatenate([p.latency_ns for p in parts]) if parts else np.zeros(0, np.int64)
+    pri = np.concatenate([p.priority for p in parts]) if parts else np.zeros(0, np.uint64)
+    req = np.concatenate([p.requester for p in parts]) if parts else np.zeros(0, np.int8)
+    keep = _smallest(pri, ACK_SAMPLES_KEPT)
+    return AckSamples(
+        latency_ns=lat[keep],
+        priority=pri[keep],
+        requester=req[keep],
+        matched=sum(p.matched for p in parts),
+        local_matched=sum(p.local_matched for p in parts),
+        remote_matched=sum(p.remote_matched for p in parts),
+    )
+
+
+def _smallest(priority: _U64, k: int) -> _I64:
+    """Indexes of the k smallest priorities (ties: the earlier), in index order."""
+    if priority.size <= k:
+        return np.arange(priority.size, dtype=np.int64)
+    order = np.argsort(priority, kind="stable")[:k]
+    return np.sort(order)
+
+
+def _mix(x: _U64) -> _U64:
+    """A 64-bit finalizer (splitmix64's): spreads every input bit over the output."""
+    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return x ^ (x >> np.uint64(31))
+
+
+@dataclass(slots=True)
+class _AckMatcher:
+    """Matches RC ACKs with the request they acknowledge, chunk by chunk (numpy only).
+
+    An ACK (BTH opcode 0x11 / 0x12 with an ACK syndrome) carries the PSN of the last request
+    it acknowledges (ACKs coalesce: one ACK covers every request up to it), in a BTH that names
+    only the DESTINATION queue pair. Its request is the RC request (:data:`_RC_REQUEST`) with
+    that PSN on the reverse address pair (request src -> dst, ACK dst -> src) and of the same
+    IP version, with the latest time at or before the ACK's (the last transmission of a
+    retransmitted PSN; at equal times, earlier in the file) and at most
+    :data:`ACK_MATCH_WINDOW_NS` before it. One sample per ACK, none for an ACK whose request
+    was not captured (or is out of the window), none for NAKs.
+
+    The ambiguity: a request names the responder's QP and its ACK the requester's, so they
+    share no QP number, and the match is by (address pair, PSN) only. Several QPs between the
+    same two hosts, each with its own PSN sequence, can use the same PSN value; taking the
+    latest request before the ACK makes a wrong match need another QP to send that very PSN
+    (one in 2**24 of its packets) within the round trip itself, but where the right request
+    was not captured, a request of another QP with that PSN within the window is taken.
+
+    Across chunks, the latest request of each key (the newest :data:`ACK_CARRY` of them, no
+    older than the window) is carried to the next chunk; after a chunk without ACKs, its last
+    :data:`ACK_CARRY` requests. So a pair whose request lies more than ``ACK_CARRY`` requests
+    before the chunk of its ACK, or records out of time order across a chunk edge, can miss.
+    """
+
+    carry_words: _U64 = field(default_factory=lambda: np.zeros((0, _KEY_WORDS), np.uint64))
+    carry_h: _U64 = field(default_factory=lambda: np.zeros(0, np.uint64))
+    carry_t: _I64 = field(default_factory=lambda: np.zeros(0, np.int64))
+    carry_mac: _U64 = field(default_factory=lambda: np.zeros(0, np.uint64))
+    carry_has_mac: _Bool = field(default_factory=lambda: np.zeros(0, bool))
+    latency: list[_I64] = field(default_factory=list)
+    priority: list[_U64] = field(default_factory=list)
+    mac: list[_U64] = field(default_factory=list)
+    has_mac: list[_Bool] = field(default_factory=list)
+    kept: int = 0
+    matched: int = 0
+    by_mac: dict[int, int] = field(default_factory=dict)
+
+    def add(self, cols: dict[str, np.ndarray], t_ns: _I64, timed: _Bool | None) -> None:
+        """Match the ACKs of one chunk (its decoded columns and times)."""
+        syn = cols["aeth_syndrome"]
+        ack = (syn >= 0) & (syn < 0x20)  # syndrome class ACK; only opcode 0x11 / 0x12 have one
+        req = _RC_REQUEST[cols["bth_opcode"]]  # -1 (not RoCE) reads entry 255: False
+        if timed is not None:
+            ack &= timed
+            req &= timed
+        k = int(self.carry_t.size)
+        if not ack.any():
+            rows = np.flatnonzero(req)[-ACK_CARRY:]
+            if rows.size:
+                keys = _Keys(cols, rows, None)
+                self._carry(
+                    np.concatenate([self.carry_words, keys.words()]),
+                    np.concatenate([self.carry_h, keys.h]),
+                    np.concatenate([self.carry_t, t_ns[rows]]),
+                    np.concatenate([self.carry_mac, cols["src_mac"][rows]]),
+                    np.concatenate([self.carry_has_mac, cols["has_src_mac"][rows]]),
+                )
+            return
+        rows = np.flatnonzero(req | ack)
+        chunk_ack = ack[rows]
+        keys = _Keys(cols, rows, chunk_ack)
+        h = np.concatenate([self.carry_h, keys.h])
+        t = np.concatenate([self.carry_t, t_ns[rows]])
+        is_ack = np.concatenate([np.zeros(k, dtype=bool), chunk_ack])
+        src: _I64 | None = None  # event -> index in carry + rows, where not the identity
+        if (t[1:] < t[:-1]).any():  # records out of time order: time order, then file order
+            src = np.argsort(t, kind="stable")
+            h, t, is_ack = h[src], t[src], is_ack[src]
+        e = int(t.size)
+        # One sort of (hash, position): the hash's high bits above the event's position, so
+        # the sort groups equal keys and keeps them in time order (a collision of the high
+        # bits is caught by the exact comparison below, and costs at most a sample).
+        shift = np.uint64(max(1, e.bit_length()))
+        low = (np.uint64(1) << shift) - np.uint64(1)
+        s = np.sort((h & ~low) | np.arange(e, dtype=np.uint64))
+        pos = (s & low).astype(np.int64)
+        group = s >> shift
+        ack_s = is_ack[pos]
+        last = np.where(ack_s, -1, np.arange(e, dtype=np.int64))  # latest request so far
+        np.maximum.accumulate(last, out=last)
+        acks = np.flatnonzero(ack_s)
+        j = last[acks]
+        ok = j >= 0
+        j[~ok] = 0
+        ok &= group[j] == group[acks]
+        a_pos, r_pos = pos[acks[ok]], pos[j[ok]]
+        lat = t[a_pos] - t[r_pos]
+        near = lat <= ACK_MATCH_WINDOW_NS
+        a_pos, r_pos, lat = a_pos[near], r_pos[near], lat[near]
+
+        def origin(p: _I64) -> _I64:
+            return p if src is None else src[p]
+
+        # The key words of every event (carry, then rows), IPv4's zero low words left out.
+        cw = self.carry_words
+        cols_w = [0, 1, 3] if keys.rq_lo is None and not cw[:, [2, 4]].any() else range(5)
+        all_words = {j: np.concatenate([cw[:, j], keys.column(j)]) for j in cols_w}
+
+        def words(p: _I64) -> _U64:
+            i = origin(p)
+            out = np.zeros((i.size, _KEY_WORDS), dtype=np.uint64)
+            for col, values in all_words.items():
+                out[:, col] = values[i]
+            return out
+
+        def macs(p: _I64) -> tuple[_U64, _Bool]:
+            i = origin(p)
+            old = i < k
+            r = rows[i[~old] - k]
+            mac = np.empty(i.size, dtype=np.uint64)
+            has = np.empty(i.size, dtype=bool)
+            mac[old], has[old] = self.carry_mac[i[old]], self.carry_has_mac[i[old]]
+            mac[~old], has[~old] = cols["src_mac"][r], cols["has_src_mac"][r]
+            return mac, has
+
+        if lat.size:
+            ia, ir = origin(a_pos), origin(r_pos)
+            same = np.ones(lat.size, dtype=bool)
+            for values in all_words.values():
+                same &= values[ia] == values[ir]
+            a_pos, r_pos, lat = a_pos[same], r_pos[same], lat[same]
+        if lat.size:
+            self._keep(lat, _mix(t[a_pos].astype(np.uint64) ^ h[a_pos]), *macs(r_pos))
+        # The carry: the latest request of each key (group).
+        ends = np.flatnonzero(np.append(group[1:] != group[:-1], True))
+        jr = last[ends]
+        valid = jr >= 0
+        valid[valid] = group[jr[valid]] == group[ends[valid]]
+        keep = np.sort(pos[jr[valid]])
+        self._carry(words(keep), h[keep], t[keep], *macs(keep))
+
+    def _carry(self, words: _U64, h: _U64, t: _I64, mac: _U64, has_mac: _Bool) -> None:
+        """Carry the newest ACK_CARRY of these requests (in time order) within the window."""
+        if t.size:
+            recent = np.flatnonzero(t >= int(t.max()) - ACK_MATCH_WINDOW_NS)[-ACK_CARRY:]
+            words, h, t = words[recent], h[recent], t[recent]
+            mac, has_mac = mac[recent], has_mac[recent]
+        self.carry_words, self.carry_h, self.carry_t = words, h, t
+        self.carry_mac, self.carry_has_mac = mac, has_mac
+
+    def _keep(self, lat: _I64, priority: _U64, mac: _U64, has_mac: _Bool) -> None:
+        self.matched += int(lat.size)
+        macs, counts = np.unique(mac[has_mac], return_counts=True)
+        for m, k in zip(macs.tolist(), counts.tolist(), strict=True):
+            self.by_mac[m] = self.by_mac.get(m, 0) + k
+        self.latency.append(lat)
+        self.priority.append(priority)
+        self.mac.append(mac)
+        self.has_mac.append(has_mac)
+        self.kept += int(lat.size)
+        if self.kept > 2 * ACK_SAMPLES_KEPT:
+            self._compact()
+
+    def _compact(self) -> None:
+        if len(self.latency) <= 1 and self.kept <= ACK_SAMPLES_KEPT:
+            return
+        lat: _I64 = np.concatenate(self.latency)
+        pri: _U64 = np.concatenate(self.priority)
+        mac: _U64 = np.concatenate(self.mac)
+        has: _Bool = np.concatenate(self.has_mac)
+        keep = _smallest(pri, ACK_SAMPLES_KEPT)
+        self.latency, self.priority = [lat[keep]], [pri[keep]]
+        self.mac, self.has_mac = [mac[keep]], [has[keep]]
+        self.kept = int(keep.size)
+
+    def result(self, local: int | None) -> AckSamples | None:
+        """The kept samples, classed by requester once the capturing host's MAC is known."""
+        if not self.matched:
+            return None
+        self._compact()
+        mac, has = self.mac[0], self.has_mac[0]
+        if local is None:
+            requester = np.full(mac.size, -1, dtype=np.int8)
+        else:
+            requester = np.where(has, (mac == np.uint64(local)).astype(np.int8), np.int8(-1))
+        local_n = self.by_mac.get(local, 0) if local is not None else 0
+        remote_n = sum(self.by_mac.values()) - local_n if local is not None else 0
+        return AckSamples(
+            latency_ns=self.latency[0],
+            priority=self.priority[0],
+            requester=requester.astype(np.int8),
+            matched=self.matched,
+            local_matched=local_n,
+            remote_matched=remote_n,
+        )
+
+
+class _Keys:
+    """The match keys of some frames of a chunk: a 64-bit hash each, words on demand.
+
+    A key is five words: ``ip_version << 56 | PSN``, then the requester's address and the
+    responder's (two words each: IPv6 high and low 64 bits; IPv4 the address and 0), so an
+    ACK's key, its addresses turned round, equals its request's.
+    """
+
+    __slots__ = ("h", "head", "rq_hi", "rq_lo", "rs_hi", "rs_lo")
+
+    def __init__(self, cols: dict[str, np.ndarray], rows: _I64, is_ack: _Bool | None) -> None:
+        # ip_version << 56 | ..., src (2 words), dst (2 words); take: 5x faster than fk[rows]
+        fk = np.take(cols["flow_key"], rows, axis=0)
+        self.head = (fk[:, 0] >> np.uint64(56)) << np.uint64(56) | cols["psn"][rows].astype(
+            np.uint64
+        )
+        if is_ack is None:
+            self.rq_hi, self.rs_hi = fk[:, 1], fk[:, 3]
+        else:
+            self.rq_hi = np.where(is_ack, fk[:, 3], fk[:, 1])
+            self.rs_hi = np.where(is_ack, fk[:, 1], fk[:, 3])
+        h = self.head * np.uint64(_HASH_MUL[0])
+        h ^= self.rq_hi * np.uint64(_HASH_MUL[1])
+        h ^= self.rs_hi * np.uint64(_HASH_MUL[3])
+        self.rq_lo: _U64 | None = None
+        self.rs_lo: _U64 | None = None
+        if fk[:, 2].any() or fk[:, 4].any():  # IPv6 (an IPv4 address's low word is 0)
+            if is_ack is None:
+                self.rq_lo, self.rs_lo = fk[:, 2], fk[:, 4]
+            else:
+                self.rq_lo = np.where(is_ack, fk[:, 4], fk[:, 2])
+                self.rs_lo = np.where(is_ack, fk[:, 2], fk[:, 4])
+            h ^= self.rq_lo * np.uint64(_HASH_MUL[2])
+            h ^= self.rs_lo * np.uint64(_HASH_MUL[4])
+        self.h: _U64 = h
+
+    def column(self, j: int) -> _U64:
+        """Key word ``j`` of every frame."""
+        col = (self.head, self.rq_hi, self.rq_lo, self.rs_hi, self.rs_lo)[j]
+        return np.zeros(self.h.size, dtype=np.uint64) if col is None else col
+
+    def words(self) -> _U64:
+        """The key words of every frame, one row each."""
+        return np.stack([self.column(j) for j in range(_KEY_WORDS)], axis=1)
+
+
+# ------------------------------------------------------------------------------------------
 # Decode pass and totals
 
 
@@ -1562,8 +1947,10 @@ def _analyse(buf: _Buf, chunks: Iterable[_Chunk], meta: _Meta) -> Capture:
     """Decode every frame, chunk by chunk, with :func:`_decode_into`; the arrays and totals."""
     g = _Gather(buf)
     tot = _Totals()
+    matcher = _AckMatcher()
     for chunk in chunks:
         cols = _decode_chunk(g, buf, chunk, meta.link_type)
+        matcher.add(cols, chunk.tns, chunk.timed)
         origs = chunk.origs
         tot.packets += int(origs.size)
         tot.skipped += int(origs.size - np.count_nonzero(cols["decoded"]))
@@ -1604,6 +1991,7 @@ def _analyse(buf: _Buf, chunks: Iterable[_Chunk], meta: _Meta) -> Capture:
                 first, last = int(time_ns[timed].min()), int(time_ns[timed].max())
     flows = _count_keys(tot.flows)
     qps = _count_keys(tot.qps)
+    samples = matcher.result(local)
     warn = list(meta.warn)
     if tot.skipped:
         warn.append(
@@ -1629,8 +2017,18 @@ def _analyse(buf: _Buf, chunks: Iterable[_Chunk], meta: _Meta) -> Capture:
         roce_acks=tot.acks,
         roce_naks=tot.naks,
         roce_seq_naks=tot.seq_naks,
+        ack_latency_s=samples.percentiles() if samples else None,
+        ack_latency_local_requester_s=samples.percentiles(1) if samples else None,
+        ack_latency_remote_requester_s=samples.percentiles(0) if samples else None,
     )
-    return Capture(time_s=time_s, length=length, is_tx=is_tx, stats=stats, time_ns=time_ns)
+    return Capture(
+        time_s=time_s,
+        length=length,
+        is_tx=is_tx,
+        stats=stats,
+        time_ns=time_ns,
+        ack_samples=samples,
+    )
 
 
 def _parse(buf: _Buf, path: Path) -> Capture:

@@ -29,6 +29,8 @@ __all__ = ["write_roce_pcap"]
 
 ROCEV2_UDP_PORT = 4791
 BTH_OPCODE_RC_RDMA_WRITE_MIDDLE = 0x07
+BTH_OPCODE_RC_ACKNOWLEDGE = 0x11
+AETH_ACK_CREDITS = 0x1F  # syndrome: ACK (bits 7..5 = 000), credit count 31 (unlimited)
 CNP_OPCODE = 0x81
 PCAP_NS_MAGIC = 0xA1B23C4D
 LINKTYPE_ETHERNET = 1
@@ -68,8 +70,8 @@ def _frame_counts(bursts: np.ndarray, frame_bytes: int, min_frame: int) -> tuple
 
 def _burst_frames(
     bursts: np.ndarray, frame_bytes: int, min_frame: int
-) -> tuple[np.ndarray, np.ndarray]:
-    """Relative times (s) and lengths of the frames of every burst, burst by burst.
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Relative times (s), lengths and burst numbers of the frames of every burst, in order.
 
     Frames of one burst are evenly spaced at ``frame_bytes / rate``; the bytes left over after
     the last full frame go into one shorter frame (dropped when below the minimum frame), so a
@@ -77,7 +79,8 @@ def _burst_frames(
     """
     times: list[np.ndarray] = []
     lengths: list[np.ndarray] = []
-    for start, end, rate in bursts:
+    which: list[np.ndarray] = []
+    for k, (start, end, rate) in enumerate(bursts):
         total = rate * (end - start)
         n_full = int(np.floor(total / frame_bytes))
         rem = int(total - n_full * frame_bytes)
@@ -90,9 +93,10 @@ def _burst_frames(
         if n > n_full:
             lens[-1] = rem
         lengths.append(lens)
+        which.append(np.full(n, k, dtype=np.int64))
     if not times:
-        return np.zeros(0, dtype=np.float64), np.zeros(0, dtype=np.int64)
-    return np.concatenate(times), np.concatenate(lengths)
+        return np.zeros(0, dtype=np.float64), np.zeros(0, dtype=np.int64), np.zeros(0, np.int64)
+    return np.concatenate(times), np.concatenate(lengths), np.concatenate(which)
 
 
 def _mac_for(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> str:
@@ -161,13 +165,15 @@ def _build_templates(
     peers: Sequence[ipaddress.IPv4Address | ipaddress.IPv6Address],
     frame_bytes: int,
     seed: int,
-) -> tuple[list[bytes], list[bytes], np.ndarray, int]:
-    """Full-size data templates (tx flows then rx flows), CNP templates, start PSNs, BTH offset.
+) -> tuple[list[bytes], list[bytes], list[bytes], np.ndarray, int]:
+    """Data templates (full size, tx flows then rx flows), CNPs, ACKs, start PSNs, BTH offset.
+
+    CNP and ACK templates are one per peer.
 
     Per peer p the connected QP pair is (local QP ``base+2p``, remote QP ``base+2p+1``): tx
-    frames carry the remote QP, rx frames and CNPs the local one.
+    frames carry the remote QP, rx frames, CNPs and the peer's ACKs the local one.
     """
-    from scapy.contrib.roce import BTH, cnp
+    from scapy.contrib.roce import AETH, BTH, cnp
     from scapy.layers.inet import IP, UDP
     from scapy.layers.inet6 import IPv6
     from scapy.layers.l2 import Ether
@@ -208,7 +214,17 @@ def _build_templates(
             / cnp(qp_base + 2 * p)
         )
         cnps.append(bytes(frame))
-    return data, cnps, psn0, _ETH_LEN + ip_len + _UDP_LEN
+    acks: list[bytes] = []
+    for p, peer in enumerate(peers):
+        frame = (
+            Ether(src=_mac_for(peer), dst=_mac_for(local))
+            / l3(peer, local)
+            / UDP(sport=int(sports[n_peers + p]), dport=ROCEV2_UDP_PORT, chksum=0)
+            / BTH(opcode=BTH_OPCODE_RC_ACKNOWLEDGE, dqpn=qp_base + 2 * p, psn=0)
+            / AETH(syndrome=AETH_ACK_CREDITS, msn=0)
+        )
+        acks.append(bytes(frame))
+    return data, cnps, acks, psn0, _ETH_LEN + ip_len + _UDP_LEN
 
 
 def write_roce_pcap(
@@ -224,6 +240,9 @@ def write_roce_pcap(
     cnp_every: int = 0,
     max_packets: int = 2_000_000,
     seed: int = 0,
+    ack_every: int = 0,
+    ack_delay_s: float = 5e-6,
+    ack_jitter_s: float = 1e-6,
 ) -> int:
     """Write a nanosecond pcap of RoCEv2 traffic following the given bursts.
 
@@ -236,6 +255,14 @@ def write_roce_pcap(
     after every N-th data frame (either direction, time order) the peer of that frame sends a
     CNP (74 bytes over IPv4, counted as received traffic) at the same timestamp.
 
+    With ``ack_every = N > 0`` each peer acknowledges the local host's frames as an RC
+    responder: an RC ACKNOWLEDGE (BTH opcode 0x11, AETH syndrome 0x1F: ACK, 62 bytes over
+    IPv4, received traffic) carrying the PSN of every N-th transmit frame of its queue pair
+    and of the last one of each burst (ACKs coalesce: each covers the frames since the one
+    before), ``ack_delay_s`` plus an exponential jitter of mean ``ack_jitter_s`` after that
+    frame (so the round trip's median is ``ack_delay_s + ln 2 * ack_jitter_s`` and its P99
+    ``ack_delay_s + ln 100 * ack_jitter_s``). Receive frames are not acknowledged.
+
     Args:
         path: Output file.
         bursts_tx: (k, 3) transmit bursts.
@@ -247,7 +274,11 @@ def write_roce_pcap(
         snaplen: Bytes captured per frame (the pcap snaplen).
         cnp_every: One CNP per this many data frames; 0 for none.
         max_packets: Refuse to write more packets than this.
-        seed: Seeds queue-pair numbers, UDP source ports and start PSNs.
+        seed: Seeds queue-pair numbers, UDP source ports, start PSNs and ACK jitter.
+        ack_every: One peer ACK per this many transmit frames of a queue pair (and one after
+            each burst); 0 for none.
+        ack_delay_s: Least time from a transmit frame to its ACK, seconds.
+        ack_jitter_s: Mean of the exponential delay added to each ACK, seconds.
 
     Returns:
         The number of packets written.
@@ -278,6 +309,11 @@ def write_roce_pcap(
         raise ConfigError(f"snaplen must be in [1, {MAX_SNAPLEN}], got {snaplen}")
     if cnp_every < 0:
         raise ConfigError(f"cnp_every must be >= 0, got {cnp_every}")
+    if ack_every < 0:
+        raise ConfigError(f"ack_every must be >= 0, got {ack_every}")
+    for name, value in (("ack_delay_s", ack_delay_s), ("ack_jitter_s", ack_jitter_s)):
+        if not (np.isfinite(value) and 0 <= value <= 1):
+            raise ConfigError(f"{name} must be in [0, 1] seconds, got {value!r}")
 
     n_data = sum(sum(_frame_counts(b, frame_bytes, min_frame)) for b in (tx_bursts, rx_bursts))
     n_cnp = n_data // cnp_every if cnp_every else 0
@@ -288,8 +324,8 @@ def write_roce_pcap(
         )
 
     # Frames of both directions in global time order (ties: transmit first).
-    t_tx, len_tx = _burst_frames(tx_bursts, frame_bytes, min_frame)
-    t_rx, len_rx = _burst_frames(rx_bursts, frame_bytes, min_frame)
+    t_tx, len_tx, burst_tx = _burst_frames(tx_bursts, frame_bytes, min_frame)
+    t_rx, len_rx, _ = _burst_frames(rx_bursts, frame_bytes, min_frame)
     whole_s = int(np.floor(start_time_s))
     start_ns = whole_s * _NS + round((start_time_s - whole_s) * 1e9)
     rel_ns = np.round(np.concatenate((t_tx, t_rx)) * 1e9).astype(np.int64)
@@ -310,7 +346,7 @@ def write_roce_pcap(
     peer = rank % n_peers
     flow = is_rx.astype(np.int64) * n_peers + peer  # 0..P-1 tx flows, P..2P-1 rx flows
 
-    data_tpl, cnp_tpl, psn0, bth_off = _build_templates(local, peers, frame_bytes, seed)
+    data_tpl, cnp_tpl, ack_tpl, psn0, bth_off = _build_templates(local, peers, frame_bytes, seed)
     n = flow.size
     by_flow = np.argsort(flow, kind="stable")
     sorted_flow = flow[by_flow]
@@ -318,6 +354,7 @@ def write_roce_pcap(
     seq = np.empty(n, dtype=np.int64)
     seq[by_flow] = np.arange(n, dtype=np.int64) - group_start
     psn = (psn0[flow] + seq) & 0xFFFFFF if n else np.zeros(0, dtype=np.int64)
+    data_ns, data_psn, is_rx_data = rel_ns, psn, is_rx
 
     # Template id: 0..2P-1 full data frames, 2P..3P-1 CNPs, then shortened data frames.
     tid = flow.copy()
@@ -336,7 +373,33 @@ def write_roce_pcap(
         rel_ns = np.concatenate((rel_ns, rel_ns[pos_cnp]))[merged]
         psn = np.concatenate((psn, np.zeros(pos_cnp.size, dtype=np.int64)))[merged]
         tid = np.concatenate((tid, 2 * n_peers + peer[pos_cnp]))[merged]
+    if ack_every and t_tx.size:
+        burst = np.concatenate((burst_tx, np.full(t_rx.size, -1, dtype=np.int64)))[order]
+        sent = np.flatnonzero(~is_rx_data)  # transmit frames, time order
+        # The last frame of each (queue pair, burst), and every ack_every-th of a queue pair.
+        by = np.lexsort((sent, burst[sent], flow[sent]))
+        f, b = flow[sent][by], burst[sent][by]
+        last = np.append((f[1:] != f[:-1]) | (b[1:] != b[:-1]), True)
+        acked = np.sort(sent[by[last | (seq[sent][by] % ack_every == ack_every - 1)]])
+        rng = np.random.default_rng([seed, 0xACC])
+        delay = np.full(acked.size, ack_delay_s)
+        if ack_jitter_s:
+            delay += rng.exponential(ack_jitter_s, acked.size)
+        ack_ns = data_ns[acked] + np.round(delay * 1e9).astype(np.int64)
+        ack_tid = len(templates) + peer[acked]
+        templates.extend(ack_tpl)
+        merged = np.argsort(np.concatenate((rel_ns, ack_ns)), kind="stable")
+        rel_ns = np.concatenate((rel_ns, ack_ns))[merged]
+        psn = np.concatenate((psn, data_psn[acked]))[merged]
+        tid = np.concatenate((tid, ack_tid))[merged]
+        if start_ns + int(rel_ns[-1]) >= (1 << 32) * _NS:
+            raise ConfigError("an ACK would fall after 2106 (pcap stores unsigned 32-bit seconds)")
     total = int(tid.size)
+    if total > max_packets:
+        raise ConfigError(
+            f"the capture would hold {total} packets with its ACKs, more than max_packets="
+            f"{max_packets}; lower the bandwidth or the duration (or raise max_packets)"
+        )
 
     try:
         with Path(path).open("wb") as f:

@@ -169,6 +169,9 @@ def ng_spb(data: bytes, orig: int, endian: str = "<") -> bytes:
 def test_exports() -> None:
     assert sorted(pcap_mod.__all__) == sorted(
         [
+            "ACK_MATCH_WINDOW_NS",
+            "AckLatency",
+            "AckSamples",
             "Capture",
             "CaptureStats",
             "FrameColumns",
@@ -177,6 +180,7 @@ def test_exports() -> None:
             "bin_bytes",
             "decode_columns",
             "decode_frame",
+            "merge_ack_samples",
             "parse_capture",
             "read_capture",
         ]
@@ -1087,7 +1091,11 @@ def _ref_analyse(buf: bytes, recs: _RefRecords) -> Capture:
     qps: set[tuple[object, ...]] = set()
     roce = cnp = skipped = tcp_bytes = udp_bytes = acks = naks = seq_naks = 0
     lts = recs.link_types if recs.link_types is not None else [recs.link_type] * n
-    for off, caplen, orig, lt in zip(recs.offs, recs.caps, recs.origs, lts, strict=True):
+    # RC requests and ACKs: (time, record, is ACK, key in the request's orientation, src MAC).
+    rc: list[tuple[int, int, bool, tuple[object, ...], bytes]] = []
+    for idx, (off, caplen, orig, lt, t) in enumerate(
+        zip(recs.offs, recs.caps, recs.origs, lts, recs.tns, strict=True)
+    ):
         r = pcap_mod._decode(buf, off, off + caplen, lt)
         if r is None:
             skipped += 1
@@ -1098,7 +1106,12 @@ def _ref_analyse(buf: bytes, recs: _RefRecords) -> Capture:
                 dsts.append(b"")
                 srcs.append(b"")
             continue
-        dst, src, _et, _vlan, ipver, sip, dip, proto, sport, dport, is_roce, opc, dqp, _psn, syn = r
+        dst, src, _et, _vlan, ipver, sip, dip, proto, sport, dport, is_roce, opc, dqp, psn, syn = r
+        if is_roce and t is not None:
+            if opc in RC_REQUESTS:
+                rc.append((t, idx, False, (sip, dip, psn), src))
+            elif syn is not None and syn >> 5 == 0:
+                rc.append((t, idx, True, (dip, sip, psn), src))
         srcs.append(src)
         dsts.append(dst)
         if ipver is None:
@@ -1135,6 +1148,7 @@ def _ref_analyse(buf: bytes, recs: _RefRecords) -> Capture:
             f"{skipped} frames could not be decoded (runt, unsupported link type, or a header "
             "cut by the snaplen); they count in packets and bytes only"
         )
+    ack = _ref_ack_latency(rc, local)
     stats = CaptureStats(
         packets=n, bytes=int(length.sum()), roce_packets=roce, cnp_packets=cnp,
         roce_qps=len(qps), flows=len(flows), tcp_bytes=tcp_bytes, udp_bytes=udp_bytes,
@@ -1144,8 +1158,38 @@ def _ref_analyse(buf: bytes, recs: _RefRecords) -> Capture:
         link_type=recs.link_type,
         local_mac=None if local is None else ":".join(f"{b:02x}" for b in local),
         warnings=tuple(warn), roce_acks=acks, roce_naks=naks, roce_seq_naks=seq_naks,
+        ack_latency_s=ack[0], ack_latency_local_requester_s=ack[1],
+        ack_latency_remote_requester_s=ack[2],
     )  # fmt: skip
     return Capture(time_s=time_s, length=length, is_tx=is_tx, stats=stats, time_ns=time_ns)
+
+
+RC_REQUESTS = {*range(0x0D), 0x13, 0x14, 0x16, 0x17}
+
+
+def _ref_ack_latency(
+    rc: list[tuple[int, int, bool, tuple[object, ...], bytes]], local: bytes | None
+) -> tuple[pcap_mod.AckLatency | None, ...]:
+    """ACK latency, record by record in (time, record) order: each ACK against the latest
+    request before it with its PSN on the reverse address pair, within the window."""
+    last: dict[tuple[object, ...], tuple[int, bytes]] = {}
+    samples: list[tuple[int, bytes]] = []
+    for t, _idx, is_ack, key, src in sorted(rc, key=lambda e: (e[0], e[1])):
+        if not is_ack:
+            last[key] = (t, src)
+        elif (hit := last.get(key)) is not None and t - hit[0] <= pcap_mod.ACK_MATCH_WINDOW_NS:
+            samples.append((t - hit[0], hit[1]))
+
+    def pct(kind: int | None) -> pcap_mod.AckLatency | None:
+        if kind is not None and local is None:
+            return None
+        lat = [x for x, mac in samples if kind is None or (mac == local) == bool(kind)]
+        if not lat:
+            return None
+        p50, p90, p99 = np.percentile(np.array(lat, dtype=np.int64), [50.0, 90.0, 99.0])
+        return pcap_mod.AckLatency(p50 / 1e9, p90 / 1e9, p99 / 1e9, len(lat))
+
+    return pct(None), pct(1), pct(0)
 
 
 def ref_parse(data: bytes) -> Capture:
@@ -1215,11 +1259,12 @@ def l4_bytes(draw: st.DrawFn, proto: int) -> bytes:
         return struct.pack("!HHIIBBHHH", sport, dport, 1, 1, 0x50, 0x10, 1, 0, 0)
     bth = struct.pack(
         "!BBHII",
-        draw(st.sampled_from([4, 6, 0x11, 0x11, 0x12, 0x81])),
+        draw(st.sampled_from([4, 6, 0x0C, 0x10, 0x11, 0x11, 0x12, 0x81])),
         0x40,
         0xFFFF,
         draw(st.sampled_from([0x11, 0x22, 0xABCDEF])),
-        draw(st.integers(0, 0xFFFFFFFF)),
+        # Few PSNs (0x80000001: the AckReq bit and PSN 1), so that ACKs meet their requests.
+        draw(st.one_of(st.sampled_from([0, 1, 0x80000001]), st.integers(0, 0xFFFFFFFF))),
     )
     # The AETH of an ACK (any opcode carries these 4 bytes here; only 0x11 / 0x12 read them):
     # every syndrome class, ACK 000 (credits), RNR NAK 001, reserved 010, NAK 011 codes 0-4
@@ -1321,8 +1366,9 @@ def test_vector_reader_matches_per_record_reader_pcap(data: st.DataObject) -> No
     link_type = data.draw(st.sampled_from(LINK_TYPES))
     recs = data.draw(records(link_type))
     t0 = data.draw(st.sampled_from([T0_NS, 0, (1 << 32) - 1]))
+    step = data.draw(st.sampled_from([997, 997, 300_000_001]))  # the last: past the ACK window
     raw = pcap_bytes(
-        [(t0 + i * 997, d, o) for i, (d, o) in enumerate(recs)],
+        [(t0 + i * step, d, o) for i, (d, o) in enumerate(recs)],
         nano=data.draw(st.booleans()),
         endian=data.draw(st.sampled_from(["<", ">"])),
         linktype=link_type,
@@ -1373,6 +1419,62 @@ def test_vector_reader_matches_per_record_reader_pcapng(data: st.DataObject) -> 
 def test_vector_reader_matches_per_record_reader_on_mutated_files(data: st.DataObject) -> None:
     buf = _mutated_valid_file(data)
     assert_same_outcome(bytes(buf))
+
+
+_RC_HOSTS = {
+    L4: bytes.fromhex("020000000001"),
+    P4: bytes.fromhex("020000000002"),
+    Q4: bytes.fromhex("020000000003"),
+    L6: bytes.fromhex("020000000001"),
+    P6: bytes.fromhex("020000000002"),
+}
+
+
+@st.composite
+def rc_exchange(draw: st.DrawFn) -> list[tuple[int, bytes, int]]:
+    """RC requests, ACKs, NAKs and READ responses between a few hosts, few PSNs: records
+    (time, frame, original length) whose times step back now and then, or past the window."""
+    import ipaddress
+
+    out = []
+    t = T0_NS
+    for _ in range(draw(st.integers(0, 40))):
+        src, dst = draw(st.sampled_from([(L4, P4), (P4, L4), (L4, Q4), (Q4, L4), (L6, P6),
+                                         (P6, L6)]))  # fmt: skip
+        opcode, syndrome = draw(st.sampled_from([(0x0A, 0), (0x06, 0), (0x04, 0), (0x10, 0),
+                                                 (0x11, 0x1F), (0x11, 0x1F), (0x12, 0x00),
+                                                 (0x11, 0x60), (0x11, 0x20)]))  # fmt: skip
+        psn = draw(st.integers(0, 3)) | draw(st.sampled_from([0, 0x80000000]))
+        bth = struct.pack("!BBHII", opcode, 0x40, 0xFFFF, draw(st.sampled_from([0x11, 0x22])), psn)
+        udp = struct.pack("!HHHH", 50000, 4791, 8 + 12 + 4, 0) + bth
+        udp += struct.pack("!BBH", syndrome, 0, 1)
+        a, b = ipaddress.ip_address(src).packed, ipaddress.ip_address(dst).packed
+        if len(a) == 4:
+            ip = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 20 + len(udp), 0, 0, 64, 17, 0, a, b)
+            et = b"\x08\x00"
+        else:
+            ip = struct.pack("!IHBB16s16s", 0x60000000, len(udp), 17, 64, a, b)
+            et = b"\x86\xdd"
+        frame = _RC_HOSTS[dst] + _RC_HOSTS[src] + et + ip + udp
+        t += draw(st.sampled_from([0, 1, 1_000, 1_000, -700, pcap_mod.ACK_MATCH_WINDOW_NS]))
+        out.append((t, frame, len(frame)))
+    return out
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(recs=rc_exchange(), chunk=st.sampled_from([1, 2, 5, 1 << 16]))
+def test_ack_latency_matches_per_record_reader(
+    recs: list[tuple[int, bytes, int]], chunk: int
+) -> None:
+    """ACK latency (pooled and by requester) as the record-by-record oracle finds it. Across
+    record chunks the reader needs time order (its documented limit), so chunks cut only
+    captures in time order."""
+    times = [t for t, _, _ in recs]
+    if times != sorted(times):
+        chunk = 1 << 16
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(pcap_mod, "_CHUNK", chunk)
+        assert_same_outcome(pcap_bytes(recs))
 
 
 def test_known_files_match_per_record_reader() -> None:
@@ -1440,6 +1542,7 @@ def _frame_columns_match(
         assert (cols.src_port[i], cols.dst_port[i], cols.dest_qp[i], cols.bth_opcode[i]) == (
             -1,
         ) * 4
+        assert cols.psn[i] == -1
         assert cols.aeth_syndrome[i] == -1
         assert not cols.flow_key[i].tobytes().strip(b"\x00")
         return
@@ -1455,6 +1558,7 @@ def _frame_columns_match(
     assert (cols.roce[i], cols.cnp[i]) == (info.roce, info.cnp)
     assert cols.bth_opcode[i] == (-1 if info.bth_opcode is None else info.bth_opcode)
     assert cols.dest_qp[i] == (-1 if info.dest_qp is None else info.dest_qp)
+    assert cols.psn[i] == (-1 if info.psn is None else info.psn)
     assert cols.aeth_syndrome[i] == (-1 if info.aeth_syndrome is None else info.aeth_syndrome)
     if info.src_mac:
         assert cols.has_src_mac[i]
@@ -1518,6 +1622,8 @@ def test_decode_columns_api() -> None:
         assert cols.tcp.tolist() == [False, False, False, True, False]
         assert cols.udp.tolist() == [True, True, True, False, False]
         assert cols.dest_qp.tolist() == [0x11, 0x11, 0x33, -1, -1]
+        assert cols.psn.dtype == np.int32
+        assert cols.psn.tolist() == [0, 5, 0, -1, -1]
         assert cols.proto.tolist() == [17, 17, 17, 6, -1]
         assert np.unique(cols.flow_key[cols.ip_version > 0]).size == 3
         assert np.unique(cols.qp_key[cols.roce]).size == 2

@@ -33,6 +33,8 @@ def format_rate(bps: float | None) -> str:
 def _seconds(s: float | None) -> str:
     if s is None:
         return "—"
+    if s < 1e-3:
+        return f"{s * 1e6:.4g} µs"
     if s < 1.0:
         return f"{s * 1e3:.4g} ms"
     return f"{s:.5g} s"
@@ -135,6 +137,11 @@ def render_table(
             f"  capture: {capture.get('packets')} packets, {capture.get('flows')} flows, "
             f"{capture.get('roce_qps')} RoCE QPs, {capture.get('cnp_packets')} CNPs"
         )
+        if capture.get("ack_latency_samples"):
+            lines.append(
+                f"  {'RoCE ACK round trip':<17} {_pcts(capture.get('ack_latency_s'), _seconds)}"
+                f" over {capture['ack_latency_samples']} request/ACK pairs"
+            )
     lines.append("")
     lines.append(verdict(e))
     for w in e.warnings:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -71,6 +72,14 @@ def _params_dict(p: JobParams) -> dict[str, Any]:
     return {k: getattr(p, k) for k in p.__dataclass_fields__}
 
 
+#: The simulated capture's peers acknowledge every this many frames (and each burst's last) ...
+PCAP_ACK_EVERY = 16
+#: ... this long after the frame, plus an exponential jitter of this mean: RoCE round trips of a
+#: few microseconds in one rack.
+PCAP_ACK_DELAY_S = 4e-6
+PCAP_ACK_JITTER_S = 1.5e-6
+
+
 def simulate_to_dir(params: JobParams, out: Path, *, pcap: bool = False) -> dict[str, Any]:
     """Simulate ``params`` and write counters.csv, gpu.csv, nccl.log, truth.json (+ pcap).
 
@@ -108,9 +117,20 @@ def simulate_to_dir(params: JobParams, out: Path, *, pcap: bool = False) -> dict
             bursts,
             start_time_s=p.start_time_s,
             seed=p.seed,
+            ack_every=PCAP_ACK_EVERY,
+            ack_delay_s=PCAP_ACK_DELAY_S,
+            ack_jitter_s=PCAP_ACK_JITTER_S,
         )
         files.append("capture.pcap")
     truth = dict(sched.truth)
+    if pcap:
+        # The peers' ACKs come back after a fixed delay plus an exponential jitter.
+        truth["capture"] = {
+            "ack_latency_s": {
+                q: PCAP_ACK_DELAY_S + math.log(1 / (1 - f)) * PCAP_ACK_JITTER_S
+                for q, f in (("p50", 0.5), ("p90", 0.9), ("p99", 0.99))
+            }
+        }
     truth["collectives"] = collectives_truth(sched.calls, p.nranks)
     truth["files"] = files
     truth["params"] = _params_dict(p)

@@ -227,6 +227,12 @@ def test_pcap_gives_the_same_numbers_as_the_counters(
     assert out["duty_cycle"] == pytest.approx(truth["duty_cycle"], abs=0.03)
     assert out["capture"]["roce_packets"] == out["capture"]["packets"]
     assert out["capture"]["flows"] >= 2
+    # The peers' ACKs: round-trip percentiles as simulated (µs), all of our own requests.
+    acks = out["capture"]["ack_latency_s"]
+    for q in ("p50", "p90", "p99"):
+        assert acks[q] == pytest.approx(truth["capture"]["ack_latency_s"][q], abs=0.5e-6)
+    assert out["capture"]["ack_latency_local_requester_s"] == acks
+    assert out["capture"]["ack_latency_samples"] > 1000
 
 
 def test_table_output_is_readable(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

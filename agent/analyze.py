@@ -15,30 +15,28 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from agent.arrivals import arrival_stats
 from agent.errors import InputFormatError
 from agent.estimate import (
     CollectiveMix,
     Estimate,
     EstimateInputs,
     GpuSamples,
-    busier_direction,
     estimate,
 )
-from agent.p2p import P2PCall, alltoall_stats, group_alltoalls, pipeline_stats
 from agent.rates import Direction, GridSeries, direction_grids, nominal_interval
-from agent.regime import IDLE_BYTES_PER_S
-from agent.sharding import DEFAULT_LATENCY_S, sharding_stats
+from agent.regime_params import CallTable, arrivals_of, sharding_of, sparse_ops_of
+from collectors._base import CallKey
 from collectors.counters_csv import read_counters_csv
 from collectors.gpu_csv import read_gpu_csv
 from collectors.nccl_inspector import InspectorSummary, read_inspector_files
-from collectors.nccl_log import P2P_OPS, NcclLogSummary, read_nccl_logs
+from collectors.nccl_log import NcclLogSummary, read_nccl_logs
 from collectors.pcap import AckLatency, Capture, bin_bytes, merge_ack_samples, read_capture
 
 __all__ = [
     "AnalysisResult",
     "analyze_files",
     "arrivals_json",
+    "call_table",
     "collective_mix",
     "communicators",
     "inspector_json",
@@ -279,7 +277,6 @@ def analyze_files(
     extra["alltoall"] = extra["pipeline"] = None
     if nccl_logs:
         summary = read_nccl_logs(nccl_logs)
-        extra["alltoall"], extra["pipeline"] = sparse_ops_json(summary)
         mix = collective_mix(summary)
         sources["nccl_log"] = [str(p) for p in nccl_logs]
         extra["nccl"] = {
@@ -309,45 +306,66 @@ def analyze_files(
     if not network and mix is None and gpu_samples is None:
         est = replace(est, regime="unknown")  # Inspector records alone say nothing of traffic
     extra["arrivals"] = arrivals_json(inputs, est)
-    extra["sharding"] = (
-        sharding_json(summary, est.period_s, inspected, latency_s=collective_latency_s)
-        if summary is not None
-        else None
-    )
+    extra["sharding"] = None
+    if summary is not None:
+        table = call_table(summary)
+        extra["sharding"] = sharding_json(
+            summary, est.period_s, inspected, latency_s=collective_latency_s, table=table
+        )
+        extra["alltoall"], extra["pipeline"] = sparse_ops_json(summary, est.period_s, table=table)
     return AnalysisResult(estimate=est, sources=sources, extra=extra, inputs=inputs)
 
 
 def arrivals_json(inputs: EstimateInputs, est: Estimate) -> dict[str, Any] | None:
     """Burst arrival statistics of the series the estimator used; None without one.
 
-    The estimator's own segmentation is reused when it saw the whole series (no period, so no
-    cut to whole periods); otherwise the same segmentation is redone on the whole series.
+    The live agent's composition (:func:`agent.regime_params.arrivals_of`).
     """
-    chosen = busier_direction(inputs.network) if inputs.network else None
-    if chosen is None:
+    found = arrivals_of(inputs.network, est)
+    if found is None:
         return None
-    direction, grid = chosen
-    finite = grid.rate[np.isfinite(grid.rate)]
-    quiet = bool(finite.size and float(finite.mean()) < IDLE_BYTES_PER_S)
-    detail = est.burst_detail
-    same = (
-        est.period_s is None
-        and detail is not None
-        and detail.on_mask is not None
-        and detail.on_mask.size == grid.rate.size
+    direction, _, stats = found
+    return {**stats.to_json(), "direction": direction}
+
+
+def call_table(summary: NcclLogSummary) -> CallTable:
+    """The log's COLL records as the live agent's keyed call table, in log order.
+
+    One key per (communicator of a process, op, peer): the caller's rank, the communicator's
+    nranks and commId come from its ``Init`` line (else its first COLL line).
+    """
+    triples = np.stack(
+        (
+            summary.call_comm_ids.astype(np.int64),
+            summary.call_op_ids.astype(np.int64),
+            summary.call_peers.astype(np.int64),
+        ),
+        axis=1,
     )
-    out = arrival_stats(
-        grid.rate, grid.dt, period_s=est.period_s, quiet=quiet, stats=detail if same else None
-    ).to_json()
-    out["direction"] = direction
-    return out
-
-
-def _comm_name(summary: NcclLogSummary, index: int) -> str:
-    """The communicator's name: its commId (the same on every rank), else host:pid:pointer."""
-    key = summary.comm_keys[index]
-    info = summary.comms.get(key)
-    return info.comm_id if info and info.comm_id else f"{key[0]}:{key[1]}:{key[2]}"
+    if triples.shape[0] == 0:
+        return CallTable(np.empty(0), np.empty(0), np.empty(0, dtype=np.int32), ())
+    distinct, inverse = np.unique(triples, axis=0, return_inverse=True)
+    keys = []
+    for comm_index, op_id, peer in distinct.tolist():
+        host, pid, comm = summary.comm_keys[comm_index]
+        info = summary.comms.get(summary.comm_keys[comm_index])
+        keys.append(
+            CallKey(
+                summary.op_names[op_id],
+                f"{host}:{pid}",
+                comm,
+                info.nranks if info is not None else None,
+                peer,
+                info.rank if info is not None else None,
+                info.comm_id if info is not None and info.comm_id else None,
+            )
+        )
+    return CallTable(
+        times=summary.call_times_s,
+        nbytes=summary.call_bytes,
+        key_ids=inverse.reshape(-1).astype(np.int32),
+        keys=tuple(keys),
+    )
 
 
 def _inspector_latency(inspected: InspectorSummary | None) -> float | None:
@@ -369,6 +387,7 @@ def sharding_json(
     inspected: InspectorSummary | None = None,
     *,
     latency_s: float | None = None,
+    table: CallTable | None = None,
 ) -> dict[str, Any] | None:
     """The ``sharding`` object (ZeRO stage, per-step collectives) of the largest communicator.
 
@@ -377,113 +396,37 @@ def sharding_json(
     communicator's AllGathers would blur the stage ratio. None without AllReduce, AllGather or
     ReduceScatter calls.
     """
-    if not summary.comm_keys or summary.call_comm_ids.size == 0:
-        return None
-    names = [_comm_name(summary, i) for i in range(len(summary.comm_keys))]
-    size: dict[str, tuple[int, int]] = {}
-    calls_per_key = np.bincount(summary.call_comm_ids, minlength=len(names))
-    for i, name in enumerate(names):
-        info = summary.comms.get(summary.comm_keys[i])
-        n = info.nranks if info is not None and info.nranks is not None else 0
-        ranks, calls = size.get(name, (0, 0))
-        size[name] = (max(ranks, n), calls + int(calls_per_key[i]))
-    best = min(size, key=lambda k: (-size[k][0], -size[k][1], k))
-    members = np.array([name == best for name in names])
-    sel = members[summary.call_comm_ids]
-    keys = summary.comm_keys
-    process = [f"{keys[i][0]}:{keys[i][1]}" for i in summary.call_comm_ids[sel].tolist()]
-    ops = np.asarray(summary.op_names, dtype=object)[summary.call_op_ids[sel]]
     source = "given"
     if latency_s is None:
         latency_s = _inspector_latency(inspected)
         source = "inspector_p50_exec_time"
-    if latency_s is None:
-        latency_s, source = DEFAULT_LATENCY_S, "default"
-    stats = sharding_stats(
-        ops.tolist(),
-        summary.call_bytes[sel],
-        summary.call_times_s[sel],
-        process,
-        period_s=period_s,
-        comm=best,
-        nranks=size[best][0] or summary.nranks,
+    stats = sharding_of(
+        table if table is not None else call_table(summary),
+        period_s,
         latency_s=latency_s,
         latency_source=source,
+        nranks=summary.nranks,
     )
     return stats.to_json() if stats is not None else None
 
 
-def _p2p_calls(summary: NcclLogSummary) -> list[P2PCall]:
-    """The log's Send/Recv records with their peers, in log order, from the summary's arrays.
-
-    The peer is the COLL line's ``root`` (``call_peers``); the caller's rank and the comm's
-    nranks come from its communicator (``Init COMPLETE`` line, else its first COLL line).
-    """
-    names = summary.op_names
-    p2p = np.asarray([op in P2P_OPS for op in names] + [False])  # bool even with no op
-    rows = np.flatnonzero(p2p[summary.call_op_ids])
-    if not rows.size:
-        return []
-    who: dict[int, tuple[str, str, int | None, int | None]] = {}  # comm id → caller
-    for index in np.unique(summary.call_comm_ids[rows]).tolist():
-        key = summary.comm_keys[index]
-        info = summary.comms.get(key)
-        who[index] = (
-            f"{key[0]}:{key[1]}",
-            key[2],
-            info.rank if info is not None else None,
-            info.nranks if info is not None else None,
-        )
-    out: list[P2PCall] = []
-    for op_id, comm_id, peer, nbytes, time_s in zip(
-        summary.call_op_ids[rows].tolist(),
-        summary.call_comm_ids[rows].tolist(),
-        summary.call_peers[rows].tolist(),
-        summary.call_bytes[rows].tolist(),
-        summary.call_times_s[rows].tolist(),
-        strict=True,
-    ):
-        process, comm, rank, nranks = who[comm_id]
-        out.append(
-            P2PCall(
-                process=process,
-                comm=comm,
-                op=names[op_id],
-                peer=peer,
-                nbytes=nbytes,
-                time_s=time_s,
-                rank=rank,
-                nranks=nranks,
-            )
-        )
-    return out
-
-
 def sparse_ops_json(
     summary: NcclLogSummary,
+    period_s: float | None = None,
+    *,
+    table: CallTable | None = None,
 ) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
     """The ``alltoall`` and ``pipeline`` objects: AlltoAll size and rate, P2P stage structure.
 
     AlltoAll counts both the named calls of NCCL 2.28+ and the grouped Send/Recv of older
-    versions; each is None when the log has no such traffic.
+    versions; each is None when the log has no such traffic. With T, the pipeline's bubble.
     """
-    grouped, rest = group_alltoalls(_p2p_calls(summary))
-    names = summary.op_names
-    native = np.zeros(summary.call_op_ids.size, dtype=bool)
-    if "AlltoAll" in names:
-        native = summary.call_op_ids == names.index("AlltoAll")
-    keys = summary.comm_keys
-    processes = [f"{keys[i][0]}:{keys[i][1]}" for i in summary.call_comm_ids[native].tolist()]
-    times = summary.call_times_s[np.isfinite(summary.call_times_s)]
-    span = float(times.max() - times.min()) if times.size >= 2 else None
-    a2a = alltoall_stats(
-        native_bytes=summary.call_bytes[native],
-        native_processes=processes,
-        grouped=grouped,
+    a2a, pipe = sparse_ops_of(
+        table if table is not None else call_table(summary),
         nranks=summary.nranks,
-        span_s=span,
+        period_s=period_s,
+        max_p2p_calls=None,
     )
-    pipe = pipeline_stats(rest)
     return (a2a.to_json() if a2a else None), (pipe.to_json() if pipe else None)
 
 

@@ -39,6 +39,7 @@ __all__ = [
     "RegimeParams",
     "arrivals_of",
     "comm_name",
+    "p2p_calls",
     "regime_params",
     "sharding_of",
     "sparse_ops_of",
@@ -108,15 +109,17 @@ def sharding_of(
     *,
     latency_s: float | None = None,
     latency_source: str = "given",
+    nranks: int | None = None,
 ) -> ShardingStats | None:
     """ZeRO stage and per-step collectives of the largest communicator (see agent.sharding).
 
-    ``latency_s`` None: the default per-collective latency (10 µs), named as such.
+    ``latency_s`` None: the default per-collective latency (10 µs), named as such. ``nranks``
+    stands in for the communicator's size when no line gave it.
     """
     largest = _largest_comm(table)
     if largest is None:
         return None
-    name, nranks, rows = largest
+    name, comm_ranks, rows = largest
     if latency_s is None:
         latency_s, latency_source = DEFAULT_LATENCY_S, "default"
     # Integer codes per call through the keys: tens of thousands of calls, a few hundred keys.
@@ -133,16 +136,18 @@ def sharding_of(
         proc_of_key[ids],
         period_s=period_s,
         comm=name,
-        nranks=nranks,
+        nranks=comm_ranks or nranks,
         latency_s=latency_s,
         latency_source=latency_source,
     )
 
 
-def _p2p_calls(table: CallTable) -> list[P2PCall]:
-    """The newest ``MAX_P2P_CALLS`` Send/Recv calls with their peers, in log order."""
+def p2p_calls(table: CallTable, limit: int | None = MAX_P2P_CALLS) -> list[P2PCall]:
+    """The newest ``limit`` (None: all) Send/Recv calls with their peers, in log order."""
     p2p = np.asarray([k.op in _P2P_OPS for k in table.keys] + [False])
-    rows = np.flatnonzero(p2p[table.key_ids])[-MAX_P2P_CALLS:]
+    rows = np.flatnonzero(p2p[table.key_ids])
+    if limit is not None:
+        rows = rows[-limit:]
     out: list[P2PCall] = []
     for row, kid in zip(rows.tolist(), table.key_ids[rows].tolist(), strict=True):
         key = table.keys[kid]
@@ -162,14 +167,19 @@ def _p2p_calls(table: CallTable) -> list[P2PCall]:
 
 
 def sparse_ops_of(
-    table: CallTable, *, nranks: int | None = None, period_s: float | None = None
+    table: CallTable,
+    *,
+    nranks: int | None = None,
+    period_s: float | None = None,
+    max_p2p_calls: int | None = MAX_P2P_CALLS,
 ) -> tuple[AlltoAllStats | None, PipelineStats | None]:
     """AlltoAll (named, and grouped Send/Recv) size and rate; pipeline stages and bubble.
 
     Each is None when the table holds no such traffic. ``nranks`` is the job's world size
-    when known (else the AlltoAll communicators'); ``period_s`` T for the bubble share.
+    when known (else the AlltoAll communicators'); ``period_s`` T for the bubble share;
+    ``max_p2p_calls`` the newest Send/Recv calls grouped at most (None: all, for files).
     """
-    grouped, rest = group_alltoalls(_p2p_calls(table))
+    grouped, rest = group_alltoalls(p2p_calls(table, max_p2p_calls))
     native_key = np.asarray([k.op == "AlltoAll" for k in table.keys] + [False])
     native = native_key[table.key_ids]
     timed = table.times[np.isfinite(table.times)]

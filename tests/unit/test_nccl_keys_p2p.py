@@ -1,8 +1,9 @@
 """``analyze``'s Send/Recv calls come from the summary's arrays, as the second read gave them.
 
-``_p2p_calls`` used to decode the log files a second time for the peers (the COLL line's
-``root``); the summary now keeps them (``call_peers``). The reference below is that second read,
-kept here to show the P2P calls, and so the ``alltoall`` and ``pipeline`` objects, are unchanged.
+analyze used to decode the log files a second time for the peers (the COLL line's ``root``);
+the summary now keeps them (``call_peers``), and its call table (the live agent's view) carries
+them. The reference below is that second read, kept here to show the P2P calls, and so the
+``alltoall`` and ``pipeline`` objects, are unchanged.
 """
 
 from __future__ import annotations
@@ -13,14 +14,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from agent.analyze import _p2p_calls, sparse_ops_json
+from agent.analyze import call_table, sparse_ops_json
 from agent.p2p import P2PCall, group_alltoalls
+from agent.regime_params import p2p_calls
 from agent.simulator.nccl_writer import LoggedCall, render_nccl_log
 from collectors.nccl_log import CollLine, parse_records, read_nccl_logs
 
 
 def _second_read(paths: list[Path]) -> list[P2PCall]:
-    """The former ``_p2p_calls``: every Send/Recv record of the files, decoded again."""
+    """analyze's former way: every Send/Recv record of the files, decoded again."""
     summary = read_nccl_logs(paths)
     out = []
     for path in paths:
@@ -86,7 +88,7 @@ def test_p2p_calls_from_the_summary_equal_the_second_read(tmp_path: Path, versio
              version=version),
     ]  # fmt: skip
     summary = read_nccl_logs(paths)
-    new = _p2p_calls(summary)
+    new = p2p_calls(call_table(summary), None)
     assert _plain(new) == _plain(_second_read(paths))
     assert len(new) == 8 * 14 + 6 + 6  # 14 grouped per rank; 6 ranks send on, 6 receive
     found, rest = group_alltoalls(new)
@@ -121,7 +123,7 @@ def test_p2p_calls_of_odd_lines_equal_the_second_read(tmp_path: Path) -> None:
     path = tmp_path / "odd.log"
     path.write_text("\n".join(lines) + "\n")
     summary = read_nccl_logs([path])
-    new = _p2p_calls(summary)
+    new = p2p_calls(call_table(summary), None)
     assert _plain(new) == _plain(_second_read([path]))
     assert [(c.op, c.peer, c.rank) for c in new] == [
         ("Send", 4, 3), ("Recv", 2, 3), ("Send", 5, 3), ("Recv", 0, None), ("Send", 1, None),
@@ -135,7 +137,7 @@ def test_no_send_recv_gives_no_p2p_calls(tmp_path: Path) -> None:
     calls = [LoggedCall(1767225601.0 + i, "AllReduce", 1024, 7, i % 4) for i in range(8)]
     summary = read_nccl_logs([_log(tmp_path / "a.log", calls, host="n", first_rank=0,
                                    version="2.28.3")])  # fmt: skip
-    assert _p2p_calls(summary) == []
+    assert p2p_calls(call_table(summary), None) == []
     assert summary.call_peers.tolist() == [-1] * 8
     assert sparse_ops_json(summary) == (None, None)
     assert np.all(summary.call_peers == -1)

@@ -582,6 +582,7 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
             alltoall=result.extra.get("alltoall"),
             pipeline=result.extra.get("pipeline"),
             sharding=result.extra.get("sharding"),
+            capture=result.extra.get("capture"),
         )
         print(render_rows(rows, args.table))
     elif args.json:

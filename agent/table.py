@@ -221,8 +221,12 @@ def planning_rows(
     alltoall: Mapping[str, Any] | None = None,
     pipeline: Mapping[str, Any] | None = None,
     sharding: Mapping[str, Any] | None = None,
+    capture: Mapping[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
     """The table: the job, its communicators, GPU-timed ops (Inspector), then each what-if.
+
+    ``capture`` (the ``analyze --json`` object) adds a ``roce ack`` row with the RC ACK round
+    trip percentiles of a packet capture, when it matched any.
 
     ``arrivals``, ``alltoall`` and ``pipeline`` are the ``analyze --json`` objects of those
     names: burst arrival statistics go into the job row when the traffic has no period (the
@@ -321,6 +325,18 @@ def planning_rows(
                 "latency_p99_s": timing.get("exec_time_p99_s"),
                 "bus_bandwidth_p50_bytes_per_s": timing.get("bus_bandwidth_p50_bytes_per_s"),
                 "note": "NCCL Inspector: kernel time on the GPU (includes waiting for peers)",
+            }
+        )
+    if capture and capture.get("ack_latency_samples"):
+        acks = capture.get("ack_latency_s") or {}
+        rows.append(
+            {
+                "row": "roce ack",
+                "calls": capture.get("ack_latency_samples"),
+                "latency_p50_s": acks.get("p50"),
+                "latency_p99_s": acks.get("p99"),
+                "note": "packet capture: RC request to its ACK (fabric round trip and peer "
+                "turnaround, both directions pooled)",
             }
         )
     for w in what_ifs:

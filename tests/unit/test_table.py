@@ -210,3 +210,13 @@ def test_a_periodic_job_is_described_by_t_b_d_not_by_arrivals() -> None:
     assert job["period_s"] == 1.0
     assert job["arrival_rate_hz"] is None
     assert job["arrival_pattern"] is None
+
+
+def test_a_capture_with_matched_acks_adds_a_latency_row() -> None:
+    capture = {"ack_latency_samples": 1458,
+               "ack_latency_s": {"p50": 5.0e-6, "p90": 7.5e-6, "p99": 1.1e-5}}  # fmt: skip
+    rows = planning_rows(_estimate(1.0, "training"), capture=capture)
+    (ack,) = [r for r in rows if r["row"] == "roce ack"]
+    assert (ack["calls"], ack["latency_p50_s"], ack["latency_p99_s"]) == (1458, 5.0e-6, 1.1e-5)
+    none = planning_rows(_estimate(1.0, "training"), capture={"ack_latency_samples": 0})
+    assert [r["row"] for r in none] == ["job"]

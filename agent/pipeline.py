@@ -191,8 +191,11 @@ class PipelineSettings:
     idle_bytes_per_s: float = IDLE_BYTES_PER_S
     #: Per-collective latency of the fine-tuning latency share.
     collective_latency_s: float = DEFAULT_LATENCY_S
-    #: Newest collective calls the regime parameters read at most per hop.
+    #: Newest collective calls the regime parameters read at most ...
     regime_calls: int = 65536
+    #: ... every this many hops (the ZeRO stage, AlltoAll and pipeline structure change
+    #: slowly; burst arrivals are redone every hop).
+    regime_calls_every_hops: int = 5
 
 
 @dataclass
@@ -243,6 +246,7 @@ class Pipeline:
         self._last_burst_wall: float | None = None
         self._job_comm_id: str | None = None
         self._network_source: str | None = None
+        self._last_regime: RegimeParams | None = None
         self.estimator_errors = 0
         self._tg: asyncio.TaskGroup | None = None
         self._tasks: dict[str, asyncio.Task[None]] = {}
@@ -552,7 +556,13 @@ class Pipeline:
         Advisory like the step-change watch: a failure costs these gauges one hop, never T.
         Every burst seen end is counted once into the burst histograms.
         """
-        table = self._state.calls.table(since=since, limit=self._cfg.regime_calls)
+        last = self._last_regime
+        calls_due = last is None or self._estimates % max(1, self._cfg.regime_calls_every_hops) == 0
+        table = (
+            self._state.calls.table(since=since, limit=self._cfg.regime_calls)
+            if calls_due
+            else None
+        )
         try:
             params = await asyncio.to_thread(
                 regime_params,
@@ -565,6 +575,11 @@ class Pipeline:
         except Exception:
             log.exception("regime parameters failed on this window")
             return None
+        if not calls_due and last is not None:  # keep the collective side of the last reading
+            params = replace(
+                params, sharding=last.sharding, alltoall=last.alltoall, pipeline=last.pipeline
+            )
+        self._last_regime = params
         arr = params.arrivals
         if arr is not None and arr.burst_starts_s.size:
             self._state.bursts.add(

@@ -95,6 +95,14 @@ class Ring:
             return self._data[: self._size].copy()
         return np.concatenate((self._data[self._head :], self._data[: self._head]))
 
+    def tail(self, n: int) -> FloatArray:
+        """The newest ``n`` rows, oldest first (a copy of those rows only)."""
+        n = max(0, min(n, self._size))
+        start = self._head - n
+        if start >= 0:
+            return self._data[start : self._head].copy()
+        return np.concatenate((self._data[start:], self._data[: self._head]))
+
     def last(self) -> FloatArray | None:
         """The newest row (a copy), or None when empty."""
         if self._size == 0:
@@ -488,11 +496,9 @@ class CollectiveWindow:
         The key table starts over once it is full and every call that used it has left the
         ring, so a long-lived agent whose jobs come and go keeps naming its calls.
         """
-        rows = self._ring.view()
+        rows = self._ring.view() if limit is None else self._ring.tail(limit)
         if since is not None:
             rows = rows[rows[:, 0] >= since]
-        if limit is not None:
-            rows = rows[-limit:]
         if len(self._keys) >= self.MAX_KEYS and not (self._ring.view()[:, 2] >= 0).any():
             self._key_ids.clear()
             self._keys.clear()

@@ -166,6 +166,15 @@ def test_ring_extend_wraps_like_repeated_appends() -> None:
         np.testing.assert_array_equal(a.view(), b.view())
 
 
+def test_ring_tail_is_the_end_of_the_view_before_and_after_wrapping() -> None:
+    ring = Ring(5, 1)
+    for i in range(12):
+        ring.append((float(i),))
+        view = ring.view()
+        for n in range(7):
+            np.testing.assert_array_equal(ring.tail(n), view[len(view) - min(n, len(view)) :])
+
+
 def test_collective_window_takes_batches() -> None:
     from collectors._base import CallBatch
 

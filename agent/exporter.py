@@ -103,7 +103,7 @@ class SnapshotCollector(Collector):
             _gauge("commpulse_estimate_window_seconds", "Length of the window the estimate "
                    "was computed over.", est.window_s),
         ]  # fmt: skip
-        yield from (f for f in families if f is not None)
+        yield from _known(*families)
         if est.gpu_activity is not None and est.gpu_signal is not None:
             activity = GaugeMetricFamily(
                 "commpulse_gpu_activity_ratio",
@@ -330,6 +330,11 @@ def _capture_families(snap: Snapshot) -> Iterator[Metric]:
         yield gauge
 
 
+def _known(*families: Metric | None) -> Iterator[Metric]:
+    """The families whose value is known (an unknown one is left out, never a fake 0)."""
+    yield from (f for f in families if f is not None)
+
+
 def _state_set(name: str, doc: str, label: str, states: tuple[str, ...], now: str) -> Metric:
     """1 for the current state, 0 for every other one of a fixed set (bounded labels)."""
     g = GaugeMetricFamily(name, doc, labels=[label])
@@ -385,14 +390,12 @@ def _regime_families(snap: Snapshot) -> Iterator[Metric]:
         return
     arr = rp.arrivals
     if arr is not None:
-        for fam in (
+        yield from _known(
             _gauge("commpulse_burst_arrivals_per_second", "λ: communication bursts starting "
                    "per second over the window.", arr.arrival_rate_hz),
             _gauge("commpulse_burst_gap_cv", "Coefficient of variation of the idle gaps "
                    "between bursts: ~0 periodic, ~1 Poisson, > 1.5 bursty.", arr.gap_cv),
-        ):  # fmt: skip
-            if fam is not None:
-                yield fam
+        )  # fmt: skip
         if arr.verdict is not None:
             yield _state_set(
                 "commpulse_burst_arrival_pattern",
@@ -423,7 +426,7 @@ def _regime_families(snap: Snapshot) -> Iterator[Metric]:
             ZERO_STAGES,
             sh.stage,
         )
-        for fam in (
+        yield from _known(
             _gauge("commpulse_collectives_per_step", "Collectives a process of the largest "
                    "communicator makes per step (median).", sh.collectives_per_step),
             _gauge("commpulse_allgather_per_reduce_scatter", "AllGather calls per "
@@ -434,19 +437,17 @@ def _regime_families(snap: Snapshot) -> Iterator[Metric]:
             _gauge("commpulse_collective_latency_ratio", "Share of a step the per-collective "
                    "latency costs: collectives per step × agent.collective_latency_s / T.",
                    sh.latency_share),
-        ):  # fmt: skip
-            if fam is not None:
-                yield fam
+        )  # fmt: skip
     a2a = rp.alltoall
     if a2a is not None:
-        rate = _gauge(
-            "commpulse_alltoall_calls_per_second",
-            "AlltoAll calls per rank per second over the window (named AlltoAll and grouped "
-            "Send/Recv to every peer alike).",
-            a2a.call_rate_hz,
+        yield from _known(
+            _gauge(
+                "commpulse_alltoall_calls_per_second",
+                "AlltoAll calls per rank per second over the window (named AlltoAll and grouped "
+                "Send/Recv to every peer alike).",
+                a2a.call_rate_hz,
+            )
         )
-        if rate is not None:
-            yield rate
         yield from _percentiles(
             "commpulse_alltoall_message_window_bytes",
             "AlltoAll size S (nccl-tests definition) over the window, by percentile.",
@@ -454,7 +455,7 @@ def _regime_families(snap: Snapshot) -> Iterator[Metric]:
         )
     pipe = rp.pipeline
     if pipe is not None:
-        for fam in (
+        yield from _known(
             _gauge("commpulse_pipeline_stages", "Pipeline stages, from the Send/Recv peers' "
                    "rank distance.", pipe.stages),
             _gauge("commpulse_pipeline_micro_batches_per_step", "Forward hand-offs per step of "
@@ -462,9 +463,7 @@ def _regime_families(snap: Snapshot) -> Iterator[Metric]:
             _gauge("commpulse_pipeline_bubble_ratio", "Share of a step a stage idles in the "
                    "pipeline schedule: (stages − 1) / (micro-batches + stages − 1).",
                    pipe.bubble_ratio),
-        ):  # fmt: skip
-            if fam is not None:
-                yield fam
+        )  # fmt: skip
 
 
 def _buckets(bounds: tuple[float, ...], counts: tuple[int, ...]) -> list[tuple[str, float]]:

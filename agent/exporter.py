@@ -29,6 +29,7 @@ from agent.pipeline import Snapshot, SnapshotStore
 from agent.regime import REGIMES
 from agent.sharding import ZERO_STAGES
 from agent.windows import EXEC_TIME_BOUNDS, DeviceStatus, SizeHistogram
+from collectors.packet_capture import ACK_LATENCY_BOUNDS
 from collectors.rdma_counters import HW_COUNTERS
 
 __all__ = ["SnapshotCollector", "metrics_registry", "start_metrics_server"]
@@ -311,6 +312,16 @@ def _capture_families(snap: Snapshot) -> Iterator[Metric]:
         "counters are cumulative: time resolution is lost, bytes are not).",
         stats.get("handover_drops", 0),
     )
+    buckets = tuple(
+        int(stats.get(f"ack_latency_bucket_{i}", 0)) for i in range(len(ACK_LATENCY_BOUNDS) + 1)
+    )
+    if any(buckets):
+        yield from _histogram(
+            "commpulse_capture_ack_latency_seconds",
+            "RoCE RC round trips: each ACK captured matched with the request of the PSN it "
+            "acknowledges (both directions pooled; with sample_every N only 1 pair in N² is seen).",
+            SizeHistogram(ACK_LATENCY_BOUNDS, buckets, stats.get("ack_latency_sum_ns", 0) / 1e9),
+        )
     proto = CounterMetricFamily(
         "commpulse_capture_protocol_bytes",
         "Captured bytes by transport (estimated wire bytes; RoCEv2 is UDP).",

@@ -57,7 +57,13 @@ from collectors._base import CounterReading, DeviceInfo, Emit, Reading, SourceSt
 from collectors._config import check_interval, doc
 from collectors._sysfs import read_attr
 from collectors.nic_counters import parse_speed
-from collectors.pcap import LINKTYPE_ETHERNET, LINKTYPE_RAW, ack_counts, decode_columns
+from collectors.pcap import (
+    LINKTYPE_ETHERNET,
+    LINKTYPE_RAW,
+    LiveAckMatcher,
+    ack_counts,
+    decode_columns,
+)
 
 __all__ = [
     "BlockFrames",
@@ -384,6 +390,14 @@ def _key_hash(keys: npt.NDArray[np.void]) -> npt.NDArray[np.uint64]:
     return np.asarray(h, dtype=np.uint64)
 
 
+#: Upper bounds (seconds) of the live RC ACK round-trip histogram, then +Inf: a round trip in
+#: one rack takes a few µs; congestion and PFC pauses push it to ms.
+ACK_LATENCY_BOUNDS = (
+    1e-6, 2e-6, 5e-6, 1e-5, 2e-5, 5e-5, 1e-4, 2e-4, 5e-4, 1e-3, 2e-3, 5e-3, 1e-2, 0.1
+)  # fmt: skip
+_ACK_BOUNDS_NS = np.round(np.asarray(ACK_LATENCY_BOUNDS) * 1e9).astype(np.int64)
+
+
 @dataclass
 class TrafficTally:
     """What kind of traffic the frames were: totals and distinct flows / queue pairs.
@@ -406,6 +420,13 @@ class TrafficTally:
     udp_bytes: int = 0
     undecoded: int = 0
     table_full: bool = False
+    #: RC ACK round trips matched so far, per ``ACK_LATENCY_BOUNDS`` bucket (the last is +Inf),
+    #: and their sum in nanoseconds.
+    ack_latency_counts: list[int] = field(
+        default_factory=lambda: [0] * (len(ACK_LATENCY_BOUNDS) + 1)
+    )
+    ack_latency_sum_ns: int = 0
+    _acks: LiveAckMatcher = field(default_factory=LiveAckMatcher)
     _flows: dict[int, float] = field(default_factory=dict)
     _qps: dict[int, float] = field(default_factory=dict)
 
@@ -429,11 +450,22 @@ class TrafficTally:
         self.ack_packets += acks * self.scale
         self.nak_packets += naks * self.scale
         self.seq_nak_packets += seq_naks * self.scale
+        if acks:
+            self._count_latency(self._acks.add(cols, frames.time_ns))
+        elif cols.roce.any():  # requests wait for their ACKs in later blocks
+            self._acks.add(cols, frames.time_ns)
         self.tcp_bytes += int(frames.length[cols.tcp].sum()) * self.scale
         self.udp_bytes += int(frames.length[cols.udp].sum()) * self.scale
         ip = cols.decoded & (cols.ip_version > 0)
         self._remember(self._flows, cols.flow_key[ip], now_s)
         self._remember(self._qps, cols.qp_key[cols.roce], now_s)
+
+    def _count_latency(self, latency_ns: npt.NDArray[np.int64]) -> None:
+        if latency_ns.size:
+            idx = np.searchsorted(_ACK_BOUNDS_NS, latency_ns, side="left")
+            for i, c in enumerate(np.bincount(idx, minlength=len(self.ack_latency_counts))):
+                self.ack_latency_counts[i] += int(c)
+            self.ack_latency_sum_ns += int(latency_ns.sum())
 
     def _remember(self, table: dict[int, float], keys: npt.NDArray[np.void], now_s: float) -> None:
         if keys.size == 0:
@@ -751,6 +783,8 @@ class _Worker:
             "flows": t.flows,
             "queue_pairs": t.queue_pairs,
             "flow_table_full": int(t.table_full),
+            "ack_latency_sum_ns": t.ack_latency_sum_ns,
+            **{f"ack_latency_bucket_{i}": c for i, c in enumerate(t.ack_latency_counts)},
             "sample_every": self._cfg.sample_every,
             "interfaces": len(self.rings),
         }

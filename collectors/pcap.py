@@ -87,6 +87,7 @@ __all__ = [
     "CaptureStats",
     "FrameColumns",
     "FrameInfo",
+    "LiveAckMatcher",
     "ack_counts",
     "bin_bytes",
     "decode_columns",
@@ -1658,6 +1659,9 @@ class _AckMatcher:
     kept: int = 0
     matched: int = 0
     by_mac: dict[int, int] = field(default_factory=dict)
+    #: Live use: hand each chunk's samples out (``fresh``) instead of keeping a subset.
+    live: bool = False
+    fresh: list[_I64] = field(default_factory=list)
 
     def add(self, cols: dict[str, np.ndarray], t_ns: _I64, timed: _Bool | None) -> None:
         """Match the ACKs of one chunk (its decoded columns and times)."""
@@ -1764,6 +1768,9 @@ class _AckMatcher:
 
     def _keep(self, lat: _I64, priority: _U64, mac: _U64, has_mac: _Bool) -> None:
         self.matched += int(lat.size)
+        if self.live:
+            self.fresh.append(lat)
+            return
         macs, counts = np.unique(mac[has_mac], return_counts=True)
         for m, k in zip(macs.tolist(), counts.tolist(), strict=True):
             self.by_mac[m] = self.by_mac.get(m, 0) + k
@@ -1807,6 +1814,32 @@ class _AckMatcher:
             local_matched=local_n,
             remote_matched=remote_n,
         )
+
+
+class LiveAckMatcher:
+    """RC ACK round trips of a live capture, block by block, matched as the offline reader does.
+
+    Requests of one block wait (a bounded carry) for their ACKs in the next ones. With 1-in-N
+    sampling a request and its ACK are both kept only one time in N², so far fewer pairs match,
+    but those that do are unbiased samples.
+    """
+
+    def __init__(self) -> None:
+        self._m = _AckMatcher(live=True)
+
+    @property
+    def matched(self) -> int:
+        """Pairs matched so far."""
+        return self._m.matched
+
+    def add(self, cols: FrameColumns, time_ns: _I64) -> _I64:
+        """Round trips (nanoseconds) of the ACKs of this block matched with their requests."""
+        raw = dict(vars(cols))
+        # The matcher reads the flow key as its five uint64 words, as the offline reader has it.
+        raw["flow_key"] = cols.flow_key.view(np.uint64).reshape(-1, _FLOW_WORDS)
+        self._m.add(raw, np.asarray(time_ns, dtype=np.int64), None)
+        fresh, self._m.fresh = self._m.fresh, []
+        return np.concatenate(fresh) if fresh else np.empty(0, dtype=np.int64)
 
 
 class _Keys:

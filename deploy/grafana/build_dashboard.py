@@ -678,6 +678,26 @@ def build() -> db.Dashboard:
                 unit="short",
             )
         )
+        .with_panel(
+            series(
+                "RoCE ACK round trip p50 / p99 (packet capture)",
+                "Each RC ACK the live capture sees matched with the request of the PSN it "
+                "acknowledges: the transport latency a latency-bound job (inference, ZeRO layer "
+                "trains) pays per message. Needs [sources.packet_capture]; with sample_every N "
+                "only one pair in N² is seen.",
+                [
+                    Query(
+                        f"histogram_quantile({q}, sum by (instance, le) (rate("
+                        f"commpulse_capture_ack_latency_seconds_bucket{{{HOSTS}}}"
+                        "[$__rate_interval])))",
+                        f"p{int(q * 100)} {{{{instance}}}}",
+                    )
+                    for q in (0.5, 0.99)
+                ],
+                unit="s",
+                width=24,
+            )
+        )
     )
 
     d = d.with_row(db.Row("Agent health"))

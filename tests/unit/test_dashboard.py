@@ -224,7 +224,12 @@ def _full_exposition() -> str:
             last_burst_wall_s=0.5,
             source_stats={
                 "nccl_log": {"lines": 10, "warn_lines": 1, "files": 1},
-                "packet_capture": {"cnp_packets": 3, "kernel_dropped_packets": 1},
+                "packet_capture": {
+                    "cnp_packets": 3,
+                    "kernel_dropped_packets": 1,
+                    "ack_latency_bucket_3": 1,
+                    "ack_latency_sum_ns": 8000,
+                },
             },
             message_sizes=SizeHistogram(MESSAGE_SIZE_BOUNDS, (1,) * 14, 1e6),
             collective_timings={"AllReduce": OpTimings((1,) * 14, 0.5, 1e11)},

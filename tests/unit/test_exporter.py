@@ -174,7 +174,8 @@ def test_capture_totals_are_exported_promtool_clean() -> None:
             "seq_nak_packets": 5, "ack_packets": 300,
             "undecoded_packets": 3, "kernel_dropped_packets": 7, "late_packets": 2,
             "handover_drops": 1, "tcp_bytes": 10_000, "udp_bytes": 90_000, "flows": 12,
-            "queue_pairs": 4, "sample_every": 4,
+            "queue_pairs": 4, "sample_every": 4, "ack_latency_sum_ns": 3_000_000,
+            "ack_latency_bucket_2": 2, "ack_latency_bucket_9": 1,
         }}
     )  # fmt: skip
     s = _samples(text)
@@ -188,6 +189,11 @@ def test_capture_totals_are_exported_promtool_clean() -> None:
     assert s[("commpulse_capture_flows", ())] == 12.0
     assert s[("commpulse_capture_queue_pairs", ())] == 4.0
     assert s[("commpulse_capture_sample_every", ())] == 4.0
+    # Two round trips of (2 µs, 5 µs], one of (0.5 ms, 1 ms]
+    assert s[("commpulse_capture_ack_latency_seconds_bucket", (("le", "5e-06"),))] == 2.0
+    assert s[("commpulse_capture_ack_latency_seconds_bucket", (("le", "0.001"),))] == 3.0
+    assert s[("commpulse_capture_ack_latency_seconds_count", ())] == 3.0
+    assert s[("commpulse_capture_ack_latency_seconds_sum", ())] == 0.003
     _assert_promtool_clean(text)
 
 

@@ -9,6 +9,7 @@ next frame ``ALIGN(tp_mac + snaplen, 8)`` further on (0 for the last frame of th
 
 from __future__ import annotations
 
+import math
 import struct
 import time
 from pathlib import Path
@@ -284,6 +285,44 @@ def test_tally_counts_roce_cnp_naks_flows_and_queue_pairs_scaled() -> None:
     tally.prune(15.5)
     assert tally.flows == 0
     assert tally.queue_pairs == 0
+
+
+def _rc(opcode: int, psn: int, *, ack: bool) -> bytes:
+    """A WRITE request 10.0.0.1 -> .2, or the ACK .2 -> .1 of its PSN."""
+    src, dst = ("10.0.0.2", "10.0.0.1") if ack else ("10.0.0.1", "10.0.0.2")
+    frame = (
+        Ether(src="02:00:00:00:00:0" + dst[-1], dst="02:00:00:00:00:0" + src[-1])
+        / IP(src=src, dst=dst)
+        / UDP(sport=49152, dport=4791)
+        / BTH(opcode=opcode, dqpn=0x11, psn=psn)
+    )
+    return bytes(frame / AETH(syndrome=0x1F)) if ack else bytes(frame / (b"\x00" * 256))
+
+
+def test_tally_times_ack_round_trips_across_blocks() -> None:
+    # Requests PSN 1..3 in one block; the ACK of 3 (coalesced: covers 1..3) 7 µs after the
+    # third in the next block, the ACK of 5 in the block after the request of 4 and 5.
+    first = kernel_block([(_rc(0x0A, psn, ack=False), T0 + psn * 1000, 300, 0, 4)
+                          for psn in (1, 2, 3)])  # fmt: skip
+    second = kernel_block([(_rc(0x11, 3, ack=True), T0 + 3000 + 7000, 62, 0, 0),
+                           (_rc(0x0A, 4, ack=False), T0 + 20_000, 300, 0, 4),
+                           (_rc(0x0A, 5, ack=False), T0 + 21_000, 300, 0, 4)])  # fmt: skip
+    third = kernel_block(
+        [
+            (_rc(0x11, 5, ack=True), T0 + 21_000 + 1_500_000, 62, 0, 0),
+            (_rc(0x11, 9, ack=True), T0 + 30_000_000, 62, 0, 0),
+        ]
+    )  # no request
+    tally = TrafficTally()
+    for buf in (first, second, third):
+        tally.add("eth0", buf, _frames(buf), LINKTYPE_ETHERNET, now_s=1.0)
+    assert tally.ack_packets == 3
+    assert tally.ack_latency_sum_ns == 7000 + 1_500_000
+    bounds = pc.ACK_LATENCY_BOUNDS
+    counts = dict(zip((*bounds, math.inf), tally.ack_latency_counts, strict=True))
+    assert counts[1e-5] == 1  # 7 µs: the (5 µs, 10 µs] bucket
+    assert counts[2e-3] == 1  # 1.5 ms
+    assert sum(tally.ack_latency_counts) == 2
 
 
 def test_tally_bounds_its_flow_table(monkeypatch: pytest.MonkeyPatch) -> None:

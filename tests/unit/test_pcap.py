@@ -176,6 +176,7 @@ def test_exports() -> None:
             "CaptureStats",
             "FrameColumns",
             "FrameInfo",
+            "LiveAckMatcher",
             "ack_counts",
             "bin_bytes",
             "decode_columns",

@@ -17,7 +17,9 @@ def main() -> None:
     period, duty, seconds = float(sys.argv[3]), float(sys.argv[4]), float(sys.argv[5])
     payload = b"\x00" * 1400
     sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 16)
+    # Room for the shaper's whole queue (10 ms at the shaped rate), so the sender keeps it
+    # full between two of its own time slices.
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 18)
     sock.setblocking(False)
     start = time.monotonic()
     k = 0

@@ -55,10 +55,13 @@ def veth_pair() -> Iterator[Link]:
         for ns, dev in ((a, va), (b, vb)):
             _ip("-n", ns, "link", "set", "lo", "up")
             _ip("-n", ns, "link", "set", dev, "up")
-        # The known B: 200 Mbit/s, a small bucket and a short queue (bursts end sharply).
+        # The known B: 200 Mbit/s, a small bucket and a short queue: 10 ms of data, enough
+        # to ride out a sender starved of CPU for a few ms on a loaded machine (the link would
+        # idle inside a burst and B read low), short enough that bursts end sharply (the queue
+        # drains in at most 10 ms after the sender stops: D + 0.02 at T = 0.5 s).
         subprocess.run(
             ["ip", "netns", "exec", a, "tc", "qdisc", "add", "dev", va, "root", "tbf",
-             "rate", f"{RATE_MBIT}mbit", "burst", "16kb", "latency", "5ms"],
+             "rate", f"{RATE_MBIT}mbit", "burst", "16kb", "latency", "10ms"],
             check=True, capture_output=True, text=True,
         )  # fmt: skip
         yield Link(a, b, vb, "10.231.0.2", va)

@@ -6,12 +6,17 @@ Used by test_nic_netns.py and test_capture_netns.py as
 ``--include`` it runs the NIC counter source; with ``--capture IF`` live packet capture, and
 then also the kernel's own byte counters of IF over the capture's lifetime. Prints one JSON
 object on stdout; with ``--capture`` it first writes ``ready`` on stderr once capturing.
+
+With ``--commands`` the test steers it on stdin instead of a clock of its own (two probes and a
+sender start at different times, the more so on a loaded machine): ``estimate`` keeps the
+estimate of that moment for the report, ``stop`` ends the run (``--seconds`` is then a limit).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import sys
 from pathlib import Path
@@ -47,7 +52,7 @@ async def _run(args: argparse.Namespace) -> dict[str, object]:
     pipeline = Pipeline(
         [source],
         store,
-        settings=PipelineSettings(hop_s=1.0, window_s=args.seconds, counter_rate_hz=rate_hz),
+        settings=PipelineSettings(hop_s=1.0, window_s=args.window, counter_rate_hz=rate_hz),
         clock=clock,
     )
     kernel: dict[str, dict[str, int]] = {}
@@ -58,6 +63,18 @@ async def _run(args: argparse.Namespace) -> dict[str, object]:
         await asyncio.sleep(args.estimate_at)
         during.append(store.latest())
 
+    stopped = asyncio.Event()
+
+    async def commands() -> None:
+        """``estimate`` and ``stop`` lines from the test, on stdin."""
+        loop = asyncio.get_running_loop()
+        while line := await loop.run_in_executor(None, sys.stdin.readline):
+            if line.strip() == "estimate":
+                during.append(store.latest())
+            elif line.strip() == "stop":
+                break
+        stopped.set()
+
     async def bracket() -> None:
         """Kernel counters once the capture runs, and again just before the pipeline stops."""
         assert isinstance(source, PacketCapture)
@@ -65,10 +82,13 @@ async def _run(args: argparse.Namespace) -> dict[str, object]:
             await asyncio.sleep(0.01)
         kernel["start"] = _kernel_bytes(args.capture)
         print("ready", file=sys.stderr, flush=True)  # the test starts its traffic now
-        await asyncio.sleep(args.seconds - 0.5)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stopped.wait(), args.seconds - 0.5)
         kernel["end"] = _kernel_bytes(args.capture)
         pipeline.stop()
 
+    if args.commands:
+        commands_task = asyncio.get_running_loop().create_task(commands())
     if args.estimate_at:
         during_task = asyncio.get_running_loop().create_task(estimate_at())
     if args.capture:
@@ -82,7 +102,10 @@ async def _run(args: argparse.Namespace) -> dict[str, object]:
     assert snap is not None
     if args.estimate_at:
         await during_task
-        estimate = during[0].estimate if during[0] else None
+    if args.commands:
+        commands_task.cancel()  # it may wait on stdin still; the thread ends with the process
+    if args.estimate_at or args.commands:
+        estimate = during[0].estimate if during and during[0] else None
     else:
         estimate = snap.estimate
     return {
@@ -110,7 +133,9 @@ def main() -> None:
     parser.add_argument("--sample-every", type=int, default=1)
     parser.add_argument("--method", default="auto")
     parser.add_argument("--seconds", type=float, default=15.0)
+    parser.add_argument("--window", type=float, default=16.0, help="the pipeline's window_s")
     parser.add_argument("--estimate-at", type=float, help="report the estimate of this time")
+    parser.add_argument("--commands", action="store_true", help="take estimate/stop on stdin")
     parser.add_argument("--poll", type=float, default=0.01)
     args = parser.parse_args()
     if not (args.include or args.capture):

@@ -26,8 +26,8 @@ pytestmark = [pytest.mark.root, pytest.mark.slow]
 PERIOD = 0.5
 DUTY = 0.3
 TRAIN_S = 12.0
-PROBE_S = 16.0
-ESTIMATE_AT = 10.0  # while the train runs (it starts once both probes capture)
+PROBE_S = 60.0  # a limit: the test says when to stop
+ESTIMATE_AFTER = 9.0  # seconds into the train: the estimate is taken while it runs
 ROCE_DATA, ROCE_QP, CNPS, CNP_QP = 120, 0x11, 30, 0x22
 
 
@@ -35,10 +35,9 @@ def _probe(ns: str, interface: str, *extra: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [
             "ip", "netns", "exec", ns, sys.executable, "-m", "tests.integration.netns_probe",
-            "--capture", interface, "--seconds", str(PROBE_S), "--estimate-at", str(ESTIMATE_AT),
-            *extra,
+            "--capture", interface, "--seconds", str(PROBE_S), "--commands", *extra,
         ],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         env={**os.environ, "PYTHONPATH": os.getcwd()},
     )  # fmt: skip
 
@@ -50,6 +49,12 @@ def _wait_ready(proc: subprocess.Popen[str]) -> None:
         if line.strip() == "ready":
             return
     raise AssertionError(f"the probe ended before capturing: rc={proc.wait()}")
+
+
+def _command(proc: subprocess.Popen[str], line: str) -> None:
+    assert proc.stdin is not None
+    proc.stdin.write(line + "\n")
+    proc.stdin.flush()
 
 
 def _send(ns: str, module: str, *args: str) -> None:
@@ -66,16 +71,26 @@ def test_capture_recovers_the_burst_train_and_counts_every_frame(veth_pair: Link
     tx = _probe(veth_pair.sender_ns, veth_pair.sender_if, "--sample-every", "4")
     _wait_ready(rx)
     _wait_ready(tx)
-    _send(
-        veth_pair.sender_ns, "tests.integration.burst_sender",
-        veth_pair.receiver_ip, "9", str(PERIOD), str(DUTY), str(TRAIN_S),
+    train = subprocess.Popen(
+        ["ip", "netns", "exec", veth_pair.sender_ns, sys.executable, "-m",
+         "tests.integration.burst_sender", veth_pair.receiver_ip, "9", str(PERIOD), str(DUTY),
+         str(TRAIN_S)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONPATH": os.getcwd()},
     )  # fmt: skip
+    time.sleep(ESTIMATE_AFTER)  # both probes keep the estimate of this moment
+    _command(rx, "estimate")
+    _command(tx, "estimate")
+    _, err = train.communicate(timeout=60)
+    assert train.returncode == 0, err
     _send(
         veth_pair.sender_ns, "tests.integration.roce_sender",
         veth_pair.receiver_ip, str(ROCE_DATA), str(ROCE_QP), str(CNPS), str(CNP_QP),
     )  # fmt: skip
+    time.sleep(2.5)  # two hops: the last frames are in a published snapshot
     results = {}
     for side, proc in (("rx", rx), ("tx", tx)):
+        _command(proc, "stop")
         out, err = proc.communicate(timeout=60)
         assert proc.returncode == 0, err
         results[side] = json.loads(out)

@@ -248,14 +248,11 @@ def _nccl_families(snap: Snapshot) -> Iterator[Metric]:
         files = GaugeMetricFamily("commpulse_nccl_log_files", "NCCL log files being tailed.")
         files.add_metric([], float(stats.get("files", 0)))
         yield files
-    sizes = snap.message_sizes
-    if sizes is not None:
-        hist = HistogramMetricFamily(
-            "commpulse_collective_message_bytes",
-            "Collective size S of each COLL line (nccl-tests definition), since the agent started.",
-        )
-        hist.add_metric([], _buckets(sizes.bounds, sizes.counts), sum_value=sizes.total_bytes)
-        yield hist
+    yield from _histogram(
+        "commpulse_collective_message_bytes",
+        "Collective size S of each COLL line (nccl-tests definition), since the agent started.",
+        snap.message_sizes,
+    )
     if snap.collective_timings:
         exec_time = HistogramMetricFamily(
             "commpulse_collective_exec_seconds",

@@ -21,6 +21,7 @@ Everything here is a pure function of numpy arrays: no I/O, no clock.
 
 from __future__ import annotations
 
+import bisect
 import math
 from dataclasses import dataclass, field
 
@@ -221,43 +222,79 @@ def _local_maxima(y: FloatArray, lo: int, hi: int) -> npt.NDArray[np.int64]:
     return np.flatnonzero(peaks).astype(np.int64) + lo
 
 
-def _parabolic(y: FloatArray, i: int) -> tuple[float, float]:
-    """Sub-sample position and height of the peak at integer ``i``."""
-    if i <= 0 or i >= y.size - 1:
-        return float(i), float(y[i])
-    a, b, c = float(y[i - 1]), float(y[i]), float(y[i + 1])
-    den = a - 2.0 * b + c
-    if den >= 0:
-        return float(i), b
-    off = 0.5 * (a - c) / den
-    off = max(-0.5, min(0.5, off))
-    return i + off, b - 0.25 * (a - c) * off
+class _Peaks:
+    """An NSDF as Python floats, with its local maxima, for scalar peak look-ups.
 
-
-def _peak_at(r: FloatArray, lag: float, tol: float) -> tuple[float, float] | None:
-    """The highest true peak (a local maximum) within ``lag ± tol``, refined, or None.
-
-    Unlike :func:`_peak_near`, a window that only holds a slope has no peak: its highest
-    sample is the window's edge, and taking it for a peak invents a candidate next to a real
-    one (a period of 10 samples read as 9.5).
+    The detector looks up a few hundred short windows per level; a numpy call costs several
+    microseconds whatever its size, while ``max`` and ``bisect`` over a list stay in C: this
+    is what makes the per-candidate work cheap.
     """
-    width = max(tol, 1.0)
-    lo = max(1, math.floor(lag - width))
-    hi = min(r.size - 2, math.ceil(lag + width))
-    peaks = _local_maxima(r, lo, hi + 1)
-    if peaks.size == 0:
-        return None
-    return _parabolic(r, int(peaks[np.argmax(r[peaks])]))
 
+    __slots__ = ("maxima", "n", "r")
 
-def _peak_near(r: FloatArray, lag: float, tol: float) -> tuple[float, float]:
-    """Highest NSDF value within ``lag ± tol`` (at least ±1 sample), parabolically refined."""
-    lo = max(1, math.floor(lag - max(tol, 1.0)))
-    hi = min(r.size - 2, math.ceil(lag + max(tol, 1.0)))
-    if hi < lo:
-        return lag, -1.0
-    i = lo + int(np.argmax(r[lo : hi + 1]))
-    return _parabolic(r, i)
+    def __init__(self, r: FloatArray) -> None:
+        self.r: list[float] = r.tolist()
+        self.n = r.size
+        maxima: list[int] = []
+        if r.size >= 3:
+            mid = r[1:-1]
+            maxima = (np.flatnonzero((mid >= r[:-2]) & (mid > r[2:])) + 1).tolist()
+        self.maxima = maxima
+
+    def _window(self, lag: float, tol: float) -> tuple[int, int]:
+        width = max(tol, 1.0)
+        return max(1, math.floor(lag - width)), min(self.n - 2, math.ceil(lag + width))
+
+    def parabolic(self, i: int) -> tuple[float, float]:
+        """Sub-sample position and height of the peak at integer ``i``."""
+        y = self.r
+        if i <= 0 or i >= self.n - 1:
+            return float(i), y[i]
+        a, b, c = y[i - 1], y[i], y[i + 1]
+        den = a - 2.0 * b + c
+        if den >= 0:
+            return float(i), b
+        off = 0.5 * (a - c) / den
+        off = max(-0.5, min(0.5, off))
+        return i + off, b - 0.25 * (a - c) * off
+
+    def near(self, lag: float, tol: float) -> tuple[float, float]:
+        """Highest value within ``lag ± tol`` (at least ±1 sample), parabolically refined."""
+        lo, hi = self._window(lag, tol)
+        if hi < lo:
+            return lag, -1.0
+        seg = self.r[lo : hi + 1]
+        return self.parabolic(lo + seg.index(max(seg)))
+
+    def at(self, lag: float, tol: float) -> tuple[float, float] | None:
+        """The highest true peak (a local maximum) within ``lag ± tol``, refined, or None.
+
+        Unlike :meth:`near`, a window that only holds a slope has no peak: its highest
+        sample is the window's edge, and taking it for a peak invents a candidate next to a
+        real one (a period of 10 samples read as 9.5).
+        """
+        lo, hi = self._window(lag, tol)
+        first = bisect.bisect_left(self.maxima, lo)
+        last = bisect.bisect_right(self.maxima, hi)
+        if first >= last:
+            return None
+        y, peaks = self.r, self.maxima
+        best = peaks[first]
+        for i in peaks[first + 1 : last]:
+            if y[i] > y[best]:
+                best = i
+        return self.parabolic(best)
+
+    def comb(self, lag: float, max_lag: float, harmonics: int = 3) -> float:
+        """Mean peak height at ``k·lag`` for k = 1.. (as far as ``max_lag`` allows)."""
+        total, count = 0.0, 0
+        for k in range(1, harmonics + 1):
+            target = k * lag
+            if target > max_lag:
+                break
+            total += self.near(target, 0.02 * target)[1]
+            count += 1
+        return total / count if count else -1.0
 
 
 # --------------------------------------------------------------------------------------------
@@ -272,6 +309,7 @@ class _Level:
     r: FloatArray
     power: FloatArray  # Hann periodogram, padded
     nfft: int
+    peaks: _Peaks
 
 
 def _prepare(x: FloatArray) -> _Level | None:
@@ -284,7 +322,8 @@ def _prepare(x: FloatArray) -> _Level | None:
     win = np.hanning(x.size)
     spec = np.fft.rfft(x * win, nfft)
     power = spec.real**2 + spec.imag**2
-    return _Level(x=x, r=nsdf(x), power=power, nfft=nfft)
+    r = nsdf(x)
+    return _Level(x=x, r=r, power=power, nfft=nfft, peaks=_Peaks(r))
 
 
 def _periodogram_hints(lv: _Level, lag_lo: int, lag_hi: int, count: int = 8) -> list[float]:
@@ -361,17 +400,6 @@ def _bartlett_sigma(x: FloatArray, lag: float) -> float:
     return sigma * math.sqrt(n / max(n - lag, 1.0))
 
 
-def _comb(r: FloatArray, lag: float, max_lag: float, harmonics: int = 3) -> float:
-    """Mean NSDF peak height at ``k·lag`` for k = 1.. (as far as ``max_lag`` allows)."""
-    vals = []
-    for k in range(1, harmonics + 1):
-        target = k * lag
-        if target > max_lag:
-            break
-        vals.append(_peak_near(r, target, 0.02 * target)[1])
-    return float(np.mean(vals)) if vals else -1.0
-
-
 def detect_level(
     x: FloatArray,
     dt: float,
@@ -405,26 +433,27 @@ def detect_level(
     if search_lo >= lag_hi:
         return None
 
+    pk = lv.peaks
     found: list[tuple[float, float]] = []  # (lag, NSDF height) of true peaks
     for hint in _periodogram_hints(lv, lag_lo, lag_hi):
         if hint < search_lo * 0.9 or hint > lag_hi:
             continue
         k = lv.nfft / hint
         tol = max(1.0, hint - lv.nfft / (k + 1.0))
-        peak = _peak_at(r, hint, tol)
+        peak = pk.at(hint, tol)
         if peak is not None:
             found.append(peak)
     peaks = _local_maxima(r, search_lo, lag_hi + 1)
     if peaks.size:
         top = peaks[np.argsort(r[peaks])[::-1][:8]]
-        found.extend(_parabolic(r, int(i)) for i in top)
+        found.extend(pk.parabolic(i) for i in top.tolist())
     if not found:
         return None
     for c, _ in list(found):
         for d in range(2, 7):
             sub = c / d
             if sub >= search_lo:
-                peak = _peak_at(r, sub, 0.03 * sub)
+                peak = pk.at(sub, 0.03 * sub)
                 if peak is not None:
                     found.append(peak)
     # Near-equal candidates are one peak seen twice: keep the higher reading of it.
@@ -443,8 +472,8 @@ def detect_level(
         return None
 
     comb_max = 0.5 * n
-    combs = {c: _comb(r, c, comb_max) for c in uniq}
-    height = {c: _peak_near(r, c, 0.5)[1] for c in uniq}
+    combs = {c: pk.comb(c, comb_max) for c in uniq}
+    height = {c: pk.near(c, 0.5)[1] for c in uniq}
     short = [c for c in uniq if c <= 0.8 * lag_hi] or uniq
     best = max(short, key=lambda c: combs[c])
 
@@ -466,7 +495,7 @@ def detect_level(
             continue
         if height[small] < max(0.08, 3.0 * se(small)):
             continue
-        repeats = [_peak_near(r, k * small, 0.03 * k * small)[1] for k in range(1, mult)]
+        repeats = [pk.near(k * small, 0.03 * k * small)[1] for k in range(1, mult)]
         tol = max(0.1, 2.0 * math.hypot(se(best), se(small)))
         if float(np.mean(repeats)) >= height[best] - tol:
             best = small
@@ -478,14 +507,14 @@ def detect_level(
         target = k * best
         if target > comb_max:
             break
-        peak = _peak_at(r, target, 0.03 * target)
+        peak = pk.at(target, 0.03 * target)
         if peak is None or peak[1] <= 0:
             break
         ks.append(k)
         lags.append(peak[0])
     lag = float(np.dot(ks, lags) / np.dot(ks, ks)) if ks else best
 
-    comb = _comb(r, lag, comb_max)
+    comb = pk.comb(lag, comb_max)
     z_jk = _jackknife_z(lv.x, round(lag))
     z_spec = comb / max(_bartlett_sigma(lv.x, lag), 1e-12)
     z = max(z_jk, z_spec)
@@ -498,7 +527,7 @@ def detect_level(
         level=level,
         dt=dt,
         lag=lag,
-        nsdf=_peak_near(r, lag, 0.5)[1],
+        nsdf=pk.near(lag, 0.5)[1],
         comb=comb,
         z=z,
         cycles=cycles,
@@ -510,7 +539,7 @@ def _visible(lv: _Level | None, lag: float, reference: float, tol: float = 0.1) 
     """Whether a finer period still shows at a coarser level (NSDF comb near the reference)."""
     if lv is None or lag < 2.0 or lag * 3 > lv.x.size:
         return False
-    return _comb(lv.r, lag, 0.5 * lv.x.size) >= reference - tol
+    return lv.peaks.comb(lag, 0.5 * lv.x.size) >= reference - tol
 
 
 def _confirmed(finer: PyramidLevel, det: LevelDetection, cfg: DetectorSettings) -> bool:

@@ -28,7 +28,7 @@ from agent.rates import Direction, GridSeries
 from agent.regime import IDLE_BYTES_PER_S
 from agent.regime_params import RegimeParams, regime_params
 from agent.sharding import DEFAULT_LATENCY_S
-from agent.tracker import PeriodTracker
+from agent.tracker import PeriodTracker, periods_kept_after_lost_lock
 from agent.windows import (
     BurstTally,
     CollectiveWindow,
@@ -504,10 +504,13 @@ class Pipeline:
                     self._last_burst_wall = wall
             was_locked = self._tracker.locked
             update = self._tracker.update(est.period_s)
-            if was_locked is not None and update.period_s is None and est.last_burst_end_s is None:
-                # The job stopped (no burst in the 16 T window): its old bursts must not come
-                # back from the older part of the ring and re-lock on a job that is gone.
-                keep_from = self._clock.now() - self._cfg.lock_window_periods * was_locked
+            if was_locked is not None and update.period_s is None:
+                periods = periods_kept_after_lost_lock(
+                    stopped=est.last_burst_end_s is None,
+                    lock_window_periods=self._cfg.lock_window_periods,
+                    restart_periods=self._cfg.restart_periods,
+                )
+                keep_from = self._clock.now() - periods * was_locked
                 for window in self._state.counters.values():
                     window.drop_before(keep_from)
             relocked = update.period_s if update.changed else None

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["PeriodTracker", "TrackerUpdate"]
+__all__ = ["PeriodTracker", "TrackerUpdate", "periods_kept_after_lost_lock"]
 
 
 @dataclass(frozen=True)
@@ -20,6 +20,21 @@ class TrackerUpdate:
     period_s: float | None
     locked: bool
     changed: bool
+
+
+def periods_kept_after_lost_lock(
+    *, stopped: bool, lock_window_periods: float, restart_periods: float
+) -> float:
+    """How many of the lost period's lengths of data the window keeps once the lock is lost.
+
+    A job that stopped (no burst left in the locked window) keeps that window: its old bursts
+    must not come back from the older part of the ring and re-lock on a job that is gone. A
+    job that still talks changed its traffic: the ring is mostly the old traffic and would
+    re-lock on the old T (or on nothing for a long while), so only a few old periods are kept
+    and the new T is looked for as at a cold start (benchmark: the median re-lock after
+    T 1.0 → 1.3 s at a 1 s hop went from 12.3 to 7.7 periods).
+    """
+    return lock_window_periods if stopped else restart_periods
 
 
 def _close(a: float, b: float, tol: float) -> bool:

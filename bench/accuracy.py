@@ -67,7 +67,7 @@ from agent.estimate import Estimate, EstimateInputs, estimate
 from agent.period import estimate_period
 from agent.pipeline import PipelineSettings
 from agent.rates import GridSeries, grid_from_cumulative
-from agent.tracker import PeriodTracker
+from agent.tracker import PeriodTracker, periods_kept_after_lost_lock
 from agent.windows import window_capacity
 
 FloatArray = npt.NDArray[np.float64]
@@ -1106,9 +1106,13 @@ def run_online(
         est, _ = run_estimate(grid)
         was_locked = tracker.locked
         update = tracker.update(est.period_s)
-        stopped = est.last_burst_end_s is None
-        if reset and was_locked is not None and update.period_s is None and stopped:
-            window.drop_before(now - settings.lock_window_periods * was_locked)
+        if reset and was_locked is not None and update.period_s is None:
+            periods = periods_kept_after_lost_lock(
+                stopped=est.last_burst_end_s is None,
+                lock_window_periods=settings.lock_window_periods,
+                restart_periods=settings.restart_periods,
+            )
+            window.drop_before(now - periods * was_locked)
         relocked = update.period_s if update.changed else None
         if reset and relocked is None and update.period_s is not None:
             recent = window.grid(since=start(now, settings.change_window_periods))
@@ -1574,7 +1578,7 @@ def _git(*args: str) -> str:
         )
     except (OSError, subprocess.SubprocessError):
         return "unknown"
-    return out.stdout.strip()
+    return out.stdout.rstrip()  # not lstrip: porcelain lines start with a status column
 
 
 def _command(argv: Sequence[str]) -> str:

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from agent.rates import direction_grids
-from agent.tracker import PeriodTracker
+from agent.tracker import PeriodTracker, periods_kept_after_lost_lock
 from agent.windows import CollectiveWindow, CounterWindow, GpuWindow, Ring
 from collectors._base import CollectiveCall, CounterReading, GpuReading
 
@@ -221,3 +221,17 @@ def test_the_watch_needs_a_lock_and_agreeing_challengers() -> None:
     assert tr.challenge(1.5) is None
     assert tr.challenge(2.0) is None  # 1.5 then 2.0 do not agree with each other
     assert tr.challenge(2.0) == 2.0
+
+
+def test_a_lost_lock_keeps_the_locked_window_only_for_a_job_that_stopped() -> None:
+    """After losing the lock, a job still talking restarts on its last few periods (a changed
+    job must not re-lock on its old T from the older ring); a stopped job keeps the locked
+    window, which holds no burst, so its old bursts do not come back."""
+    talking = periods_kept_after_lost_lock(
+        stopped=False, lock_window_periods=16.0, restart_periods=5.0
+    )
+    stopped = periods_kept_after_lost_lock(
+        stopped=True, lock_window_periods=16.0, restart_periods=5.0
+    )
+    assert talking == 5.0
+    assert stopped == 16.0

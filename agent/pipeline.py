@@ -503,7 +503,7 @@ class Pipeline:
                 if self._last_burst_wall is None or wall > self._last_burst_wall:
                     self._last_burst_wall = wall
             was_locked = self._tracker.locked
-            update = self._tracker.update(est.period_s)
+            update = self._tracker.update(est.period_s, est.confidence)
             if was_locked is not None and update.period_s is None:
                 periods = periods_kept_after_lost_lock(
                     stopped=est.last_burst_end_s is None,

@@ -1105,7 +1105,7 @@ def run_online(
             continue
         est, _ = run_estimate(grid)
         was_locked = tracker.locked
-        update = tracker.update(est.period_s)
+        update = tracker.update(est.period_s, est.confidence)
         if reset and was_locked is not None and update.period_s is None:
             periods = periods_kept_after_lost_lock(
                 stopped=est.last_burst_end_s is None,

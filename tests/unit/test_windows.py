@@ -110,6 +110,20 @@ def test_tracker_locks_after_two_agreeing_windows_and_relocks_after_a_change() -
     assert u.period_s == pytest.approx(1.31)
 
 
+def test_tracker_locks_on_one_confident_window_but_switches_only_on_two() -> None:
+    tr = PeriodTracker()
+    assert tr.update(1.0, confidence=0.3).period_s is None  # modest: wait for a second window
+    tr = PeriodTracker()
+    u = tr.update(1.0, confidence=0.9)  # clear: lock at once (cold start a period sooner)
+    assert u.locked
+    assert u.period_s == pytest.approx(1.0)
+    # Locked, a confident window on another period is not enough to switch.
+    assert tr.update(1.3, confidence=0.95).period_s == pytest.approx(1.0)
+    u = tr.update(1.31, confidence=0.95)
+    assert u.changed
+    assert u.period_s == pytest.approx(1.31)
+
+
 def test_tracker_widens_to_an_outer_period_seen_twice_over_the_whole_window() -> None:
     # Locked on a 68 ms layer train; the whole window shows the 3.6 s step around it.
     tr = PeriodTracker()

@@ -28,7 +28,12 @@ from agent.rates import Direction, GridSeries
 from agent.regime import IDLE_BYTES_PER_S
 from agent.regime_params import RegimeParams, regime_params
 from agent.sharding import DEFAULT_LATENCY_S
-from agent.tracker import PeriodTracker, periods_kept_after_lost_lock
+from agent.tracker import (
+    PeriodTracker,
+    RecentWatch,
+    periods_kept_after_lost_lock,
+    watch_recent,
+)
 from agent.windows import (
     BurstTally,
     CollectiveWindow,
@@ -240,7 +245,7 @@ class Pipeline:
         self._state.health = {name: SourceHealth(name) for name in self._sources}
         self._queue: asyncio.Queue[tuple[str, Reading]] = asyncio.Queue(self._cfg.queue_size)
         self._queued: dict[str, int] = {}  # readings of each source waiting in the queue
-        self._tracker = PeriodTracker()
+        self._tracker = PeriodTracker(hop_s=self._cfg.hop_s)
         self._stop = asyncio.Event()
         self._estimates = 0
         self._last_burst_wall: float | None = None
@@ -307,6 +312,7 @@ class Pipeline:
         old, self._cfg = self._cfg, settings
         if settings == old:
             return False
+        self._tracker.hop_s = settings.hop_s
         if self._tg is not None and settings.hop_s != old.hop_s:
             self._spawn("estimator", self._estimate_loop())
         sizes = ("window_s", "counter_rate_hz", "gpu_rate_hz", "calls_per_s")
@@ -510,14 +516,19 @@ class Pipeline:
                     lock_window_periods=self._cfg.lock_window_periods,
                     restart_periods=self._cfg.restart_periods,
                 )
-                keep_from = self._clock.now() - periods * was_locked
+                lost_from = self._clock.now() - periods * was_locked
                 for window in self._state.counters.values():
-                    window.drop_before(keep_from)
+                    window.drop_before(lost_from)
             relocked = update.period_s if update.changed else None
+            keep_from: float | None = None
             if relocked is None and update.period_s is not None:
-                relocked = self._tracker.challenge(await self._recent_period())
+                watch = await self._recent_watch(inputs, update.period_s)
+                relocked = self._tracker.challenge(watch.period_s, step=watch.step)
                 if relocked is not None:
                     update = replace(update, period_s=relocked, changed=True)
+                    keep_from = watch.keep_from(
+                        self._clock.now(), relocked, self._cfg.restart_periods
+                    )
                     log.info("sync period changed: T = %.4g s (re-locked)", relocked)
             if (
                 relocked is None
@@ -529,7 +540,8 @@ class Pipeline:
                     update = replace(update, period_s=relocked, changed=True)
                     log.info("longer sync period found: T = %.4g s (re-locked)", relocked)
             if relocked is not None:
-                keep_from = self._clock.now() - self._cfg.restart_periods * relocked
+                if keep_from is None:
+                    keep_from = self._clock.now() - self._cfg.restart_periods * relocked
                 for window in self._state.counters.values():
                     window.drop_before(keep_from)
             if update.period_s is None:
@@ -590,9 +602,23 @@ class Pipeline:
             )
         return params
 
-    async def _recent_period(self) -> float | None:
-        """T of the last few locked periods alone (the step-change watch), off the loop."""
-        return await self._period_since(self._window_start(self._cfg.change_window_periods))
+    async def _recent_watch(self, inputs: EstimateInputs, locked_s: float) -> RecentWatch:
+        """The step-change watch over the last few locked periods, off the loop.
+
+        Its edge fallback reads the locked window's grid of the same direction (``inputs``).
+        """
+        _, grids = self._network(since=self._window_start(self._cfg.change_window_periods))
+        chosen = busier_direction(grids) if grids else None
+        if chosen is None:
+            return RecentWatch(None)
+        direction, recent = chosen
+        try:
+            return await asyncio.to_thread(
+                watch_recent, recent, locked_s, edges_from=inputs.network.get(direction)
+            )
+        except Exception:  # the watches are advisory: never let them stop the estimates
+            log.exception("step-change watch failed on this window")
+            return RecentWatch(None)
 
     async def _whole_window_period(self) -> float | None:
         """T of the whole window (the outer-period watch), off the loop."""

@@ -8,9 +8,24 @@ consecutive windows agree on a different period (research/period_estimation.md Â
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
-__all__ = ["PeriodTracker", "TrackerUpdate", "periods_kept_after_lost_lock"]
+import numpy as np
+import numpy.typing as npt
+
+from agent.period import edge_timing, estimate_period
+from agent.rates import GridSeries
+
+__all__ = [
+    "PeriodTracker",
+    "RecentWatch",
+    "StepChange",
+    "TrackerUpdate",
+    "periods_kept_after_lost_lock",
+    "step_change",
+    "watch_recent",
+]
 
 
 @dataclass(frozen=True)
@@ -37,12 +52,107 @@ def periods_kept_after_lost_lock(
     return lock_window_periods if stopped else restart_periods
 
 
+@dataclass(frozen=True)
+class StepChange:
+    """A new period seen in the newest burst intervals, and where the new traffic starts."""
+
+    period_s: float
+    since_s: float  # rising edge of the first burst of the new run
+    last_s: float  # rising edge of the newest burst
+    intervals: int
+
+
+def step_change(
+    rising_s: npt.NDArray[np.float64],
+    locked_s: float,
+    *,
+    min_intervals: int = 3,
+    agree: float = 0.08,
+    differ: float = 0.1,
+    max_ratio: float = 2.0,
+) -> StepChange | None:
+    """The newest run of burst intervals that agree with each other but not with the lock.
+
+    A window of a few locked periods that straddles a change of step time has no period of
+    its own (its intervals are irregular), so the period detector only sees the new T once a
+    whole window of it has passed. The burst edges see it sooner: ``min_intervals``
+    consecutive newest intervals within ``agree`` of their mean, which differs from
+    ``locked_s`` by more than ``differ`` and by three times the run's own spread. A new T more
+    than ``max_ratio`` times the old one (or less than its inverse) is left to the other
+    watches: at such ratios the edges may be those of the bursts inside a step (layer trains,
+    micro-batches), not of the steps.
+    """
+    if rising_s.size < min_intervals + 1 or locked_s <= 0:
+        return None
+    gaps = np.diff(rising_s)
+    run = 0
+    for k in range(gaps.size - 1, -1, -1):
+        tail = gaps[k:]
+        mean = float(tail.mean())
+        if float(np.max(np.abs(tail / mean - 1.0))) > agree or abs(mean / locked_s - 1.0) <= differ:
+            break
+        run = gaps.size - k
+    if run < min_intervals:
+        return None
+    tail = gaps[-run:]
+    period = float(tail.mean())
+    if not 1.0 / max_ratio <= period / locked_s <= max_ratio:
+        return None
+    # Under heavy step jitter a few intervals in a row can stray together: the run must stand
+    # off the lock by three times its own spread as well.
+    if abs(period / locked_s - 1.0) <= 3.0 * float(tail.std()) / period:
+        return None
+    return StepChange(period, float(rising_s[-run - 1]), float(rising_s[-1]), run)
+
+
+@dataclass(frozen=True)
+class RecentWatch:
+    """What the step-change watch saw in the last few locked periods."""
+
+    period_s: float | None
+    step: StepChange | None = None
+
+    def keep_from(self, now: float, relocked_s: float, restart_periods: float) -> float:
+        """Where the window restarts after re-locking on this watch's evidence.
+
+        ``restart_periods`` new periods back, but never before the first burst of the new
+        run when the edges found it: older data is the old traffic, and with it in the window
+        the next estimates would straddle the change again.
+        """
+        keep = now - restart_periods * relocked_s
+        if self.period_s is None and self.step is not None:
+            keep = max(keep, self.step.since_s - 0.25 * relocked_s)
+        return keep
+
+
+def watch_recent(
+    recent: GridSeries, locked_s: float, *, edges_from: GridSeries | None = None
+) -> RecentWatch:
+    """The step-change watch: the period of a short recent window, else burst intervals.
+
+    When the short window has no period of its own (it straddles a change), the newest burst
+    intervals of ``edges_from`` (a longer window: the locked one) are searched for a run at a
+    new period; a window of a few old periods holds too few of the new, longer ones.
+    """
+    result = estimate_period(recent.rate, recent.dt, t0=recent.t0)
+    if result.period_s is not None:
+        return RecentWatch(result.period_s)
+    grid = edges_from if edges_from is not None else recent
+    timing = edge_timing(grid.rate, grid.dt, locked_s, t0=grid.t0)
+    if timing is None:
+        return RecentWatch(None)
+    return RecentWatch(None, step_change(timing.rising_s, locked_s))
+
+
 def _close(a: float, b: float, tol: float) -> bool:
     return abs(a / b - 1.0) <= tol
 
 
 class PeriodTracker:
     """Lock after ``lock_after`` agreeing windows; drop after ``unlock_after`` empty ones.
+
+    With ``hop_s`` given, the empty windows must also span one locked period: at a short hop,
+    three empty windows in a row are a fraction of a long step, too little to give it up.
 
     While nothing is locked, one window whose estimate has at least ``lock_confidence`` locks
     at once: a confidence that high needs a clear comb, a large z and regular burst edges over
@@ -59,17 +169,21 @@ class PeriodTracker:
         lock_after: int = 2,
         unlock_after: int = 3,
         lock_confidence: float = 0.6,
+        hop_s: float | None = None,
     ) -> None:
         self._agree = agree
         self._change = change
         self._lock_after = lock_after
         self._unlock_after = unlock_after
         self._lock_confidence = lock_confidence
+        #: The estimate hop; settable (a reload may change it).
+        self.hop_s = hop_s
         self._locked: float | None = None
         self._candidate: float | None = None
         self._streak = 0
         self._misses = 0
         self._challenger: float | None = None
+        self._challenger_edge: float | None = None
         self._outer: float | None = None
 
     @property
@@ -77,23 +191,40 @@ class PeriodTracker:
         """The period currently reported."""
         return self._locked
 
-    def challenge(self, period_s: float | None, *, tol: float = 0.1) -> float | None:
+    def challenge(
+        self, period_s: float | None, *, tol: float = 0.1, step: StepChange | None = None
+    ) -> float | None:
         """Feed the period of a short recent window (a few of the locked periods).
 
         Returns a new period to re-lock on when two consecutive short windows agree with each
         other and both differ from the locked period by more than ``tol``: a step change,
         seen within a few new periods instead of when it dominates the whole window. ``tol``
         is wide because a short window's T carries the step jitter of only a few steps.
+
+        A short window that straddles the change has no period of its own; then ``step`` (the
+        newest burst intervals, :func:`step_change`) stands in for it. Two steps agree only if
+        the second one rests on a newer burst: at a hop shorter than T, consecutive windows
+        see the same edges, which would confirm nothing. Stray jittered intervals rarely pass:
+        the next interval breaks their run, and a window without a run resets the challenger.
         """
-        if self._locked is None or period_s is None or _close(period_s, self._locked, tol):
-            self._challenger = None
+        evidence, edge = period_s, None
+        if evidence is None and step is not None:
+            evidence, edge = step.period_s, step.last_s
+        if self._locked is None or evidence is None or _close(evidence, self._locked, tol):
+            self._challenger = self._challenger_edge = None
             return None
-        if self._challenger is not None and _close(period_s, self._challenger, self._agree):
-            self._locked = period_s
-            self._challenger = None
+        if (
+            self._challenger is not None
+            and _close(evidence, self._challenger, self._agree)
+            and (edge is None or self._challenger_edge is None or edge > self._challenger_edge)
+        ):
+            self._locked = evidence
+            self._challenger = self._challenger_edge = None
             self._candidate, self._streak, self._misses = None, 0, 0
-            return period_s
-        self._challenger = period_s
+            return evidence
+        if edge is not None and edge == self._challenger_edge:
+            return None  # the same bursts as last time: wait for a new one
+        self._challenger, self._challenger_edge = evidence, edge
         return None
 
     def widen(self, period_s: float | None, *, factor: float = 1.5) -> float | None:
@@ -109,7 +240,7 @@ class PeriodTracker:
             return None
         if self._outer is not None and _close(period_s, self._outer, self._agree):
             self._locked = period_s
-            self._outer = self._challenger = None
+            self._outer = self._challenger = self._challenger_edge = None
             self._candidate, self._streak, self._misses = None, 0, 0
             return period_s
         self._outer = period_s
@@ -120,7 +251,10 @@ class PeriodTracker:
         if period_s is None:
             self._misses += 1
             self._candidate, self._streak = None, 0
-            if self._misses >= self._unlock_after:
+            needed = self._unlock_after
+            if self.hop_s and self._locked is not None:
+                needed = max(needed, math.ceil(self._locked / self.hop_s))
+            if self._misses >= needed:
                 self._locked = None
             return TrackerUpdate(self._locked, self._locked is not None, False)
         self._misses = 0

@@ -67,7 +67,12 @@ from agent.estimate import Estimate, EstimateInputs, estimate
 from agent.period import estimate_period
 from agent.pipeline import PipelineSettings
 from agent.rates import GridSeries, grid_from_cumulative
-from agent.tracker import PeriodTracker, periods_kept_after_lost_lock
+from agent.tracker import (
+    PeriodTracker,
+    RecentWatch,
+    periods_kept_after_lost_lock,
+    watch_recent,
+)
 from agent.windows import window_capacity
 
 FloatArray = npt.NDArray[np.float64]
@@ -1083,7 +1088,7 @@ def run_online(
     the run early once it returns True.
     """
     window = OnlineWindow(stream, window_capacity(settings.window_s, settings.counter_rate_hz))
-    tracker = PeriodTracker()
+    tracker = PeriodTracker(hop_s=settings.hop_s)
     out: list[OnlineUpdate] = []
 
     def start(now: float, periods: float) -> float | None:  # Pipeline._window_start
@@ -1114,14 +1119,22 @@ def run_online(
             )
             window.drop_before(now - periods * was_locked)
         relocked = update.period_s if update.changed else None
+        keep_from: float | None = None
         if reset and relocked is None and update.period_s is not None:
             recent = window.grid(since=start(now, settings.change_window_periods))
-            short = estimate_period(recent.rate, recent.dt, t0=recent.t0) if recent else None
-            relocked = tracker.challenge(short.period_s if short else None)
+            watch = (
+                watch_recent(recent, update.period_s, edges_from=grid)
+                if recent
+                else RecentWatch(None)
+            )
+            relocked = tracker.challenge(watch.period_s, step=watch.step)
             if relocked is not None:
                 update = replace(update, period_s=relocked, changed=True)
+                keep_from = watch.keep_from(now, relocked, settings.restart_periods)
         if reset and relocked is not None:
-            window.drop_before(now - settings.restart_periods * relocked)
+            if keep_from is None:
+                keep_from = now - settings.restart_periods * relocked
+            window.drop_before(keep_from)
         conf = est.confidence if update.period_s is not None else 0.0
         out.append(OnlineUpdate(now, update.period_s, est.period_s, conf))
         if stop is not None and stop(out):

@@ -1,0 +1,104 @@
+"""The step-change watch: a new step time seen in the newest burst intervals."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from agent.rates import GridSeries
+from agent.tracker import PeriodTracker, StepChange, step_change, watch_recent
+
+OLD_EDGES = [20.0, 21.0, 22.0, 23.0, 24.0, 25.0]
+
+
+def test_three_agreeing_new_intervals_are_a_step_change_starting_at_their_first_burst() -> None:
+    # The old step (1.0 s), a transition interval, then 1.3 s steps with ±2 % jitter.
+    edges = np.array([*OLD_EDGES, 26.17, 27.49, 28.77, 30.09])
+    got = step_change(edges, 1.0)
+    assert got is not None
+    assert got.period_s == pytest.approx((30.09 - 26.17) / 3)
+    assert got.since_s == pytest.approx(26.17)
+    assert got.last_s == pytest.approx(30.09)
+    assert got.intervals == 3
+
+
+def test_no_step_change_from_too_few_new_intervals_or_the_locked_period() -> None:
+    assert step_change(np.array([*OLD_EDGES, 26.3, 27.6]), 1.0) is None  # two intervals
+    assert step_change(np.arange(10.0) * 1.02, 1.0) is None  # within 10 % of the lock
+    # Irregular intervals, all off the lock: no run of them agrees within 8 %.
+    assert step_change(np.cumsum([1.0, 1.0, 1.5, 1.15, 1.45, 1.2]), 1.0) is None
+
+
+def test_bursts_inside_a_step_are_not_a_new_step_time() -> None:
+    # Locked on a 2 s ZeRO step, the edges of its 25 ms layer bursts agree with each other.
+    layers = 10.0 + 0.025 * np.arange(40)
+    assert step_change(layers, 2.0) is None
+    assert step_change(np.arange(8) * 5.0, 2.0) is None  # 2.5x the lock: left to the others
+
+
+def _step(period: float, since: float, last: float) -> StepChange:
+    return StepChange(period, since, last, 3)
+
+
+def test_edges_confirm_a_change_only_with_a_newer_burst() -> None:
+    tr = PeriodTracker()
+    tr.update(1.0, confidence=0.9)
+    first = _step(1.31, 26.2, 30.1)
+    assert tr.challenge(None, step=first) is None
+    assert tr.challenge(None, step=first) is None  # the same bursts again: no confirmation
+    assert tr.locked == 1.0
+    assert tr.challenge(None, step=_step(1.30, 26.2, 31.4)) == pytest.approx(1.30)
+    assert tr.locked == pytest.approx(1.30)
+    # A window with neither a period nor a run of new intervals resets the challenger.
+    tr = PeriodTracker()
+    tr.update(1.0, confidence=0.9)
+    assert tr.challenge(None, step=_step(1.15, 20.0, 23.5)) is None
+    assert tr.challenge(None, step=None) is None
+    assert tr.challenge(None, step=_step(1.16, 20.0, 24.6)) is None
+    assert tr.locked == 1.0
+    # A window with a period of its own takes precedence over the edges.
+    assert tr.challenge(1.30, step=_step(2.0, 40.0, 46.0)) is None
+
+
+def test_empty_windows_must_span_a_locked_period_before_the_lock_goes() -> None:
+    tr = PeriodTracker(hop_s=0.25)
+    tr.update(2.0, confidence=0.9)
+    for _ in range(7):  # 1.75 s of empty windows: less than one 2 s step
+        assert tr.update(None).period_s == 2.0
+    assert tr.update(None).period_s is None  # the eighth: 2 s
+    fast = PeriodTracker(hop_s=1.0)
+    fast.update(0.5, confidence=0.9)
+    for _ in range(2):
+        fast.update(None)
+    assert fast.update(None).period_s is None  # never fewer than three
+
+
+def _square(starts: list[float], width: float, t_end: float, dt: float = 0.01) -> GridSeries:
+    t = np.arange(0.0, t_end, dt)
+    on = np.zeros(t.size, dtype=bool)
+    for s in starts:
+        on |= (t >= s) & (t < s + width)
+    rate = np.where(on, 1e9, 1e7) + np.random.default_rng(3).normal(0, 1e7, t.size)
+    return GridSeries(t0=0.0, dt=dt, rate=rate, valid=np.ones(t.size, dtype=bool))
+
+
+def test_the_watch_finds_a_longer_new_step_in_the_locked_window_edges() -> None:
+    # 1.0 s steps until 20 s, then 1.3 s steps: the last 4.5 s hold only 3 of the new steps,
+    # too few for a period of their own; the locked window's edges show the new run.
+    starts = [float(k) for k in range(20)] + [20.15 + 1.3 * k for k in range(5)]
+    whole = _square(starts, 0.3, 26.0)
+    cut = round((26.0 - 4.5) / whole.dt)
+    recent = GridSeries(
+        t0=cut * whole.dt, dt=whole.dt, rate=whole.rate[cut:], valid=whole.valid[cut:]
+    )
+    watch = watch_recent(recent, 1.0, edges_from=whole)
+    assert watch.period_s is None
+    assert watch.step is not None
+    assert watch.step.period_s == pytest.approx(1.3, rel=0.01)
+    assert watch.step.since_s == pytest.approx(20.15, abs=0.02)
+    # After a re-lock on it, the window restarts just before the new run, not 5 T back.
+    assert watch.keep_from(26.0, 1.3, 5.0) == pytest.approx(20.15 - 0.325, abs=0.02)
+    # A steady job: the short window has its own period and the edges are not consulted.
+    steady = _square([float(k) for k in range(26)], 0.3, 26.0)
+    tail = GridSeries(t0=cut * 0.01, dt=0.01, rate=steady.rate[cut:], valid=steady.valid[cut:])
+    assert watch_recent(tail, 1.0, edges_from=steady).period_s == pytest.approx(1.0, rel=0.01)

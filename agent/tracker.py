@@ -111,16 +111,20 @@ class RecentWatch:
 
     period_s: float | None
     step: StepChange | None = None
+    since_s: float | None = None  # start of the short window the period was found in
 
     def keep_from(self, now: float, relocked_s: float, restart_periods: float) -> float:
         """Where the window restarts after re-locking on this watch's evidence.
 
-        ``restart_periods`` new periods back, but never before the first burst of the new
-        run when the edges found it: older data is the old traffic, and with it in the window
-        the next estimates would straddle the change again.
+        ``restart_periods`` new periods back, but never before the evidence for the new period
+        (the short window that showed it, or the first burst of the new run in the edges):
+        older data is the old traffic, and left in the window it would bias every estimate
+        until it aged out of the locked window (16 periods).
         """
         keep = now - restart_periods * relocked_s
-        if self.period_s is None and self.step is not None:
+        if self.period_s is not None and self.since_s is not None:
+            keep = max(keep, self.since_s)
+        elif self.step is not None:
             keep = max(keep, self.step.since_s - 0.25 * relocked_s)
         return keep
 
@@ -136,7 +140,7 @@ def watch_recent(
     """
     result = estimate_period(recent.rate, recent.dt, t0=recent.t0)
     if result.period_s is not None:
-        return RecentWatch(result.period_s)
+        return RecentWatch(result.period_s, since_s=recent.t0)
     grid = edges_from if edges_from is not None else recent
     timing = edge_timing(grid.rate, grid.dt, locked_s, t0=grid.t0)
     if timing is None:

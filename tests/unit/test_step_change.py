@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from agent.rates import GridSeries
-from agent.tracker import PeriodTracker, StepChange, step_change, watch_recent
+from agent.tracker import PeriodTracker, RecentWatch, StepChange, step_change, watch_recent
 
 OLD_EDGES = [20.0, 21.0, 22.0, 23.0, 24.0, 25.0]
 
@@ -98,6 +98,10 @@ def test_the_watch_finds_a_longer_new_step_in_the_locked_window_edges() -> None:
     assert watch.step.since_s == pytest.approx(20.15, abs=0.02)
     # After a re-lock on it, the window restarts just before the new run, not 5 T back.
     assert watch.keep_from(26.0, 1.3, 5.0) == pytest.approx(20.15 - 0.325, abs=0.02)
+    # A short window with a new period of its own: the window restarts where it starts.
+    shown = RecentWatch(1.3, since_s=21.5)
+    assert shown.keep_from(26.0, 1.3, 5.0) == pytest.approx(21.5)
+    assert shown.keep_from(60.0, 1.3, 5.0) == pytest.approx(60.0 - 6.5)  # long after: 5 T
     # A steady job: the short window has its own period and the edges are not consulted.
     steady = _square([float(k) for k in range(26)], 0.3, 26.0)
     tail = GridSeries(t0=cut * 0.01, dt=0.01, rate=steady.rate[cut:], valid=steady.valid[cut:])

@@ -1,9 +1,11 @@
 """Online state on top of per-window estimates: lock, hold, re-lock after a change of T.
 
 A single window can be fooled (a missed burst, a checkpoint pause). The live agent reports a
-period only after two consecutive windows agree, keeps it while windows stay close, and
-re-locks — asking the window to forget data older than a few new periods — when two
-consecutive windows agree on a different period (research/period_estimation.md §3.7).
+period once two consecutive windows agree (or one window is very confident), keeps it while
+windows stay close, and re-locks, asking the window to forget the old traffic, when two
+consecutive windows agree on a different period (research/period_estimation.md §3.7). The
+step-change watch (:func:`watch_recent`) looks at the last few locked periods, and at the
+newest burst intervals when those straddle the change.
 """
 
 from __future__ import annotations

@@ -49,6 +49,7 @@ from agent.windows import (
 from collectors._base import (
     CallBatch,
     CollectiveCall,
+    CounterBatch,
     CounterReading,
     DeviceInfo,
     GpuReading,
@@ -331,19 +332,22 @@ class Pipeline:
         health = self._state.health.setdefault(name, SourceHealth(name))
 
         def emit(reading: Reading) -> None:
+            # A batch of counter polls is one queue item but counts as its polls, so the
+            # readings and drops a source reports do not depend on how it hands them over.
+            polls = len(reading) if isinstance(reading, CounterBatch) else 1
             # Each source may hold its share of the queue at most: a source that floods it
             # (a log burst, a stuck loop) loses its own readings, never the others'.
             share = max(1, self._cfg.queue_size // max(1, len(self._sources)))
             if self._queued.get(name, 0) >= share:
-                health.dropped += 1
+                health.dropped += polls
                 return
             try:
                 self._queue.put_nowait((name, reading))
             except asyncio.QueueFull:
-                health.dropped += 1
+                health.dropped += polls
                 return
             self._queued[name] = self._queued.get(name, 0) + 1
-            health.readings += 1
+            health.readings += polls
             health.up = True
             health.last_reading_s = self._clock.now()
 
@@ -400,7 +404,10 @@ class Pipeline:
             source, reading = await self._queue.get()
             self._queued[source] -= 1
             st = self._state  # re-read: a reload may have replaced the windows
-            if isinstance(reading, CounterReading):
+            if isinstance(reading, CounterBatch):
+                st.counter_window(source).add_batch(reading)
+                st.devices.add_batch(source, reading)
+            elif isinstance(reading, CounterReading):
                 st.counter_window(source).add(reading)
                 st.devices.add_reading(source, reading)
             elif isinstance(reading, DeviceInfo):

@@ -27,7 +27,7 @@ from agent.clock import MonotonicClock
 from agent.config import Config
 from agent.daemon import build_sources
 from agent.errors import ConfigError, SourceError
-from collectors._base import CounterReading, GpuReading, LogLine, Reading, Source
+from collectors._base import CounterBatch, CounterReading, GpuReading, LogLine, Reading, Source
 from collectors._sampler import Sampler
 
 __all__ = ["Recorder", "record"]
@@ -59,7 +59,11 @@ class Recorder:
             log.warning("%s", message)
 
     def add(self, source: str, reading: Reading) -> None:
-        """Write one reading."""
+        """Write one reading (a batch of counter polls as one row per poll)."""
+        if isinstance(reading, CounterBatch):
+            for poll in reading.readings():
+                self.add(source, poll)
+            return
         if isinstance(reading, CounterReading | GpuReading):
             t = f"{reading.time_s + self._offset:.6f}"
         if isinstance(reading, CounterReading):

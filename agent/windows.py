@@ -26,6 +26,7 @@ from collectors._base import (
     CallBatch,
     CallKey,
     CollectiveCall,
+    CounterBatch,
     CounterReading,
     DeviceInfo,
     GpuReading,
@@ -126,7 +127,17 @@ class _ColumnState:
     value: int
     time_s: float
     bits: int
+    direction: Direction  # parsed from the name once, not at every poll
     largest: float = 0.0
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """Where a batch's columns go in a window, kept while batches bring the same columns."""
+
+    columns: tuple[str, ...]
+    states: list[_ColumnState]
+    groups: list[tuple[Direction, npt.NDArray[np.intp]]]  # column indices, in column order
 
 
 class CounterWindow:
@@ -143,6 +154,7 @@ class CounterWindow:
         self._columns: dict[str, _ColumnState] = {}
         self._cumulative: dict[Direction, float] = {}
         self._last_time: float | None = None
+        self._layout: _Layout | None = None
         self.resets = 0
         self.wraps = 0
 
@@ -153,17 +165,20 @@ class CounterWindow:
             return  # a duplicate or out-of-order poll carries no interval
         increments: dict[Direction, float] = {}
         known: dict[Direction, bool] = {}
-        for name in self._columns:
-            if name not in reading.values:
-                known[column_direction(name)] = False  # not read this time: a gap
-        for name, value in reading.values.items():
-            d = column_direction(name)
-            known.setdefault(d, True)
+        values = reading.values
+        for name, seen in self._columns.items():
+            if name not in values:
+                known[seen.direction] = False  # not read this time: a gap
+        for name, value in values.items():
             state = self._columns.get(name)
             if state is None:
                 # A device that appears (hot-plug, driver reload) starts counting from here.
-                self._columns[name] = _ColumnState(value, t, 32 if value < 2**32 else 64)
+                d = column_direction(name)
+                known.setdefault(d, True)
+                self._columns[name] = _ColumnState(value, t, 32 if value < 2**32 else 64, d)
                 continue
+            d = state.direction
+            known.setdefault(d, True)
             delta: int | None = None
             if state.time_s == self._last_time:
                 delta = counter_delta(state.value, value, bits=state.bits, largest=state.largest)
@@ -187,6 +202,95 @@ class CounterWindow:
             self._cumulative[d] = cum
             ring.append((t, cum, 1.0 if ok else 0.0))
         self._last_time = t
+
+    def add_batch(self, batch: CounterBatch) -> None:
+        """Account consecutive polls: the same window as :meth:`add` of each poll in turn.
+
+        The usual batch (every column of the window read at the previous poll and at each of
+        these, none decreasing, times rising) is taken with array operations; any other (the
+        first poll, a device that appears or is missing, a wrap, a reset, a late poll) goes
+        poll by poll.
+        """
+        if not self._add_increasing(batch):
+            for reading in batch.readings():
+                self.add(reading)
+
+    def _add_increasing(self, batch: CounterBatch) -> bool:
+        """:meth:`add_batch`'s array path; False (nothing changed) when it does not apply.
+
+        It repeats :meth:`add`'s arithmetic exactly: per poll, the deltas of a direction are
+        summed in column order (``add.accumulate`` along the columns is that sequence of
+        additions), and the running total is a sequential ``add.accumulate`` over the polls.
+        """
+        last = self._last_time
+        times = batch.times
+        n = int(times.size)
+        if last is None or n == 0:
+            return False
+        layout = self._layout
+        if layout is None or layout.columns != batch.columns:
+            layout = self._layout_of(batch.columns)
+            if layout is None:
+                return False
+            self._layout = layout
+        states = layout.states
+        if len(states) != len(self._columns):
+            return False  # a column of the window is missing: a gap
+        previous = []
+        for state in states:
+            if state.time_s != last or type(state.value) is not int:
+                return False  # not read at the previous poll (or not a counter)
+            previous.append(state.value)
+        if not times[0] > last or (n > 1 and not bool((times[1:] > times[:-1]).all())):
+            return False
+        try:
+            prev = np.array(previous, dtype=np.uint64)
+        except OverflowError:
+            return False
+        values = batch.values
+        stacked = np.concatenate((prev[np.newaxis, :], values))
+        later, earlier = stacked[1:], stacked[:-1]
+        if not bool((later >= earlier).all()):
+            return False  # a wrap or a reset: judged poll by poll
+        deltas = (later - earlier).astype(np.float64)
+        for d, index in layout.groups:
+            increments = np.add.accumulate(deltas[:, index], axis=1)[:, -1]
+            start = np.array([self._cumulative.get(d, 0.0)])
+            cumulative = np.add.accumulate(np.concatenate((start, increments)))[1:]
+            rows = np.empty((n, 3))
+            rows[:, 0] = times
+            rows[:, 1] = cumulative
+            rows[:, 2] = 1.0
+            ring = self._rings.get(d)
+            if ring is None:
+                ring = self._rings[d] = Ring(self._capacity, 3)
+            ring.extend(rows)
+            self._cumulative[d] = float(cumulative[-1])
+        t = float(times[-1])
+        # No counter decreased, so the last poll holds each column's largest value.
+        for state, top, value in zip(
+            states, deltas.max(axis=0).tolist(), values[-1].tolist(), strict=True
+        ):
+            state.largest = max(state.largest, top)
+            if value >= 2**32:
+                state.bits = 64
+            state.value, state.time_s = value, t
+        self._last_time = t
+        return True
+
+    def _layout_of(self, columns: tuple[str, ...]) -> _Layout | None:
+        """The states of ``columns`` and their indices per direction; None for a new column."""
+        states = []
+        for name in columns:
+            state = self._columns.get(name)
+            if state is None:
+                return None
+            states.append(state)
+        by_direction: dict[Direction, list[int]] = {}
+        for j, state in enumerate(states):
+            by_direction.setdefault(state.direction, []).append(j)
+        groups = [(d, np.array(index, dtype=np.intp)) for d, index in by_direction.items()]
+        return _Layout(columns, states, groups)
 
     def __len__(self) -> int:
         return max((len(r) for r in self._rings.values()), default=0)
@@ -554,6 +658,10 @@ class DeviceTable:
 
     def __init__(self) -> None:
         self._devices: dict[tuple[str, str], _DeviceState] = {}
+        # (source, batch columns) → (column index, the device's values, direction): split once.
+        self._targets: dict[
+            tuple[str, tuple[str, ...]], list[tuple[int, dict[str, tuple[float, int]], str]]
+        ] = {}
 
     def _state(self, source: str, device: str) -> _DeviceState:
         key = (source, device)
@@ -574,6 +682,28 @@ class DeviceTable:
                 self._state(source, parts[0]).values[parts[1]] = (reading.time_s, value)
         for device, counters in reading.counters.items():
             self._state(source, device).counters.update(counters)
+
+    def add_batch(self, source: str, batch: CounterBatch) -> None:
+        """Keep the newest raw values of a batch (its last poll read every column)."""
+        if len(batch) == 0:
+            return
+        key = (source, batch.columns)
+        targets = self._targets.get(key)
+        if targets is None:
+            if len(self._targets) >= 64:  # devices came and went: start over
+                self._targets.clear()
+            targets = self._targets[key] = []
+            for j, column in enumerate(batch.columns):
+                parts = split_column(column)
+                if parts is not None:
+                    targets.append((j, self._state(source, parts[0]).values, parts[1]))
+        t = float(batch.times[-1])
+        newest = batch.values[-1].tolist()
+        for j, values, direction in targets:
+            values[direction] = (t, newest[j])
+        for _, counters in batch.counters:
+            for device, device_counters in counters.items():
+                self._state(source, device).counters.update(device_counters)
 
     def hop(self) -> list[DeviceStatus]:
         """Bandwidth of each device and direction since the previous call."""

@@ -6,7 +6,7 @@ statistic are computed downstream (windows and estimators), never here.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple, Protocol
 
@@ -17,6 +17,7 @@ __all__ = [
     "CallBatch",
     "CallKey",
     "CollectiveCall",
+    "CounterBatch",
     "CounterReading",
     "DeviceInfo",
     "Emit",
@@ -24,6 +25,7 @@ __all__ = [
     "LogLine",
     "Reading",
     "Source",
+    "coalesce_counters",
 ]
 
 
@@ -41,6 +43,88 @@ class CounterReading:
     time_s: float
     values: Mapping[str, int]
     counters: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class CounterBatch:
+    """Consecutive polls of one counter source, handed over at once by a sampling thread.
+
+    Ten :class:`CounterReading` a hand-over would cost ten queue items and ten window updates
+    on the event loop; a batch is one of each, and the window takes it with array operations.
+    Every poll read the same ``columns`` in the same order (a gap or a new device ends a
+    batch), so ``values[i, j]`` is column ``columns[j]`` at ``times[i]``. ``counters`` holds
+    ``(poll index, counters)`` for the polls that carried other counters. :meth:`readings`
+    gives the polls back one by one, equal to the readings the batch was made of.
+    """
+
+    times: npt.NDArray[np.float64]
+    columns: tuple[str, ...]
+    values: npt.NDArray[np.uint64]
+    counters: tuple[tuple[int, Mapping[str, Mapping[str, int]]], ...] = ()
+
+    def __len__(self) -> int:
+        return int(self.times.size)
+
+    @property
+    def time_s(self) -> float:
+        """Time of the last poll (for bookkeeping that wants one time per reading)."""
+        return float(self.times[-1]) if self.times.size else 0.0
+
+    def readings(self) -> Iterator[CounterReading]:
+        """The polls as :class:`CounterReading`, in order (for consumers that want each)."""
+        extra = dict(self.counters)
+        for i, (t, row) in enumerate(zip(self.times.tolist(), self.values.tolist(), strict=True)):
+            yield CounterReading(t, dict(zip(self.columns, row, strict=True)), extra.get(i, {}))
+
+
+def _counter_batch(run: list[CounterReading]) -> CounterBatch | None:
+    """One batch of readings that share their columns; None when a value is no uint64."""
+    rows = [list(r.values.values()) for r in run]
+    if not all(type(v) is int for row in rows for v in row):
+        return None  # a float would be truncated silently, a bool changes type
+    try:
+        values = np.array(rows, dtype=np.uint64).reshape(len(run), len(rows[0]))
+    except OverflowError:  # negative, or beyond 64 bits
+        return None
+    return CounterBatch(
+        times=np.fromiter((r.time_s for r in run), dtype=np.float64, count=len(run)),
+        columns=tuple(run[0].values),
+        values=values,
+        counters=tuple((i, r.counters) for i, r in enumerate(run) if r.counters),
+    )
+
+
+def coalesce_counters(readings: list[Reading]) -> list[Reading]:
+    """Runs of two or more :class:`CounterReading` with the same columns → one batch each.
+
+    Other readings keep their place between the runs, so the order of everything is kept.
+    """
+    out: list[Reading] = []
+    run: list[CounterReading] = []
+    keys: tuple[str, ...] = ()
+
+    def close() -> None:
+        batch = _counter_batch(run) if len(run) > 1 else None
+        if batch is None:
+            out.extend(run)
+        else:
+            out.append(batch)
+        run.clear()
+
+    for reading in readings:
+        if isinstance(reading, CounterReading):
+            columns = tuple(reading.values)
+            if run and columns != keys:
+                close()
+            keys = columns
+            run.append(reading)
+        else:
+            if run:
+                close()
+            out.append(reading)
+    if run:
+        close()
+    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,6 +259,7 @@ class SourceStats:
 
 Reading = (
     CounterReading
+    | CounterBatch
     | GpuReading
     | CollectiveCall
     | CallBatch

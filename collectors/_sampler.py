@@ -6,7 +6,9 @@ development VM a bare asyncio 100 Hz ticker used ~2 % of a core, a thread sleepi
 readings to the loop every ``batch_s`` (0.1 s): ten loop wake-ups per second instead of one
 per poll. Sources that poll at the same interval share one thread (one wake-up per tick for
 NIC and RDMA counters together) when they are given the same :class:`Sampler`. Timestamps are
-taken in the thread, at the read.
+taken in the thread, at the read. The counter readings of a hand-over go as one
+:class:`~collectors._base.CounterBatch` (one queue item, one array update of the window)
+wherever consecutive polls read the same columns.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from agent.clock import Clock, Ticker
-from collectors._base import Emit, Reading
+from collectors._base import Emit, Reading, coalesce_counters
 
 __all__ = ["Sampler"]
 
@@ -94,7 +96,7 @@ class _Thread:
     @staticmethod
     def _flush(job: _Job) -> None:
         if job.batch and not job.loop.is_closed():
-            batch, job.batch = job.batch, []
+            batch, job.batch = coalesce_counters(job.batch), []
 
             def deliver() -> None:
                 if not job.done.done():
@@ -159,7 +161,8 @@ class Sampler:
     ) -> None:
         """Call ``sweep`` every ``interval_s`` until cancelled or until it raises.
 
-        The readings it returns reach ``emit`` on the event loop, in order. An exception from
+        The readings it returns reach ``emit`` on the event loop, in order (runs of counter
+        readings as :class:`~collectors._base.CounterBatch`). An exception from
         ``sweep`` ends this job (not the thread's other jobs) and is raised here; cancelling
         stops the job within one interval. ``close`` runs in the sampling thread after the
         job's last sweep, so descriptors are never closed under a sweep.

@@ -430,6 +430,7 @@ class _NicSweeper:
         self._pending: list[Reading] = list(self.infos.values())
         self._next_scan = clock.now() + cfg.rescan_interval_s
         self._next_slow = clock.now()
+        self._columns: dict[str, tuple[str, str]] = {}  # names built once, not at every poll
 
     def _scan(self) -> tuple[list[Interface], dict[str, DeviceInfo]]:
         chosen, skipped = select_interfaces(
@@ -449,9 +450,13 @@ class _NicSweeper:
             raise SourceError(self._name, f"{self.method} read failed: {exc}") from exc
         t = 0.5 * (before + self._clock.now())
         values: dict[str, int] = {}
+        columns = self._columns
         for name, st in stats.items():
-            values[f"{name}_rx_bytes"] = st.rx_bytes
-            values[f"{name}_tx_bytes"] = st.tx_bytes
+            pair = columns.get(name)
+            if pair is None:
+                pair = columns[name] = (f"{name}_rx_bytes", f"{name}_tx_bytes")
+            values[pair[0]] = st.rx_bytes
+            values[pair[1]] = st.tx_bytes
         counters: dict[str, dict[str, int]] = {}
         if t >= self._next_slow:  # packets, errors, drops: exported totals, once a second
             self._next_slow = t + SLOW_COUNTERS_INTERVAL_S
@@ -474,6 +479,7 @@ class _NicSweeper:
             self.reader.close()
             self.reader, self.method = _open_reader(self._cfg.method, self._cfg.sysfs_root, chosen)
         self.chosen, self.infos = chosen, infos
+        self._columns.clear()  # interfaces come and go: no name is kept forever
 
     def close(self) -> None:
         """Release the reader."""

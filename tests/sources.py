@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from collectors._base import CounterReading, Reading, Source
+from collectors._base import CounterBatch, CounterReading, Reading, Source
 
 
 async def collect_until(source: Source, kind: type, n: int = 1) -> list[Reading]:
@@ -21,6 +21,33 @@ async def collect_until(source: Source, kind: type, n: int = 1) -> list[Reading]
     return out
 
 
+def polls(readings: list[Reading]) -> int:
+    """Counter polls among ``readings`` (a :class:`CounterBatch` counts as its polls)."""
+    return sum(
+        len(r) if isinstance(r, CounterBatch) else isinstance(r, CounterReading) for r in readings
+    )
+
+
+def unbatched(readings: list[Reading]) -> list[Reading]:
+    """``readings`` with every :class:`CounterBatch` given back as its polls, in place."""
+    out: list[Reading] = []
+    for r in readings:
+        if isinstance(r, CounterBatch):
+            out.extend(r.readings())
+        else:
+            out.append(r)
+    return out
+
+
 async def collect_counter_readings(source: Source, n: int) -> list[Reading]:
-    """Everything ``source`` emits until its ``n``-th :class:`CounterReading`."""
-    return await collect_until(source, CounterReading, n)
+    """Everything ``source`` emits until its ``n``-th counter poll, each poll as its own
+    :class:`CounterReading` (a sampler hands polls over in batches)."""
+    out: list[Reading] = []
+    task = asyncio.create_task(source.run(out.append))
+    while polls(out) < n:
+        await asyncio.sleep(0)
+        if task.done():
+            task.result()
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    return unbatched(out)

@@ -10,10 +10,11 @@ from pathlib import Path
 from agent.clock import FakeClock
 from agent.pipeline import Snapshot
 from agent.windows import DeviceTable
-from collectors._base import CounterReading, DeviceInfo, Reading
+from collectors._base import CounterBatch, CounterReading, DeviceInfo, Reading
 from collectors.nic_counters import NicConfig, NicCounters
 from collectors.rdma_counters import RdmaConfig, RdmaCounters
 from tests.conftest import exposition, require_component
+from tests.sources import polls
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURE = ROOT / "fixtures" / "mlx5-host" / "sys"
@@ -23,7 +24,7 @@ GOLDEN = ROOT / "golden" / "mlx5-host.prom"
 async def _readings(source: NicCounters | RdmaCounters, n: int) -> list[Reading]:
     out: list[Reading] = []
     task = asyncio.create_task(source.run(out.append))
-    while sum(isinstance(r, CounterReading) for r in out) < n:
+    while polls(out) < n:
         await asyncio.sleep(0)
     task.cancel()
     await asyncio.gather(task, return_exceptions=True)  # let the sampler stop cleanly
@@ -39,6 +40,8 @@ def _device_exposition() -> str:
         for r in asyncio.run(_readings(source, 2)):
             if isinstance(r, DeviceInfo):
                 table.add_info(source.name, r)
+            elif isinstance(r, CounterBatch):
+                table.add_batch(source.name, r)
             elif isinstance(r, CounterReading):
                 table.add_reading(source.name, r)
         table.hop()

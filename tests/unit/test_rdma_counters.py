@@ -21,7 +21,7 @@ from collectors.rdma_counters import (
     parse_rate,
     parse_state,
 )
-from tests.sources import collect_counter_readings
+from tests.sources import collect_counter_readings, polls, unbatched
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "mlx5-host" / "sys"
 
@@ -140,7 +140,7 @@ def test_a_device_that_goes_away_is_reported_and_the_others_continue(tmp_path: P
     async def scenario() -> list[Reading]:
         out: list[Reading] = []
         task = asyncio.create_task(src.run(out.append))
-        while sum(isinstance(r, CounterReading) for r in out) < 3:
+        while polls(out) < 3:
             await asyncio.sleep(0)
         # Driver reload: mlx5_1 disappears from sysfs.
         shutil.rmtree((root / "class" / "infiniband" / "mlx5_1").resolve())
@@ -150,11 +150,11 @@ def test_a_device_that_goes_away_is_reported_and_the_others_continue(tmp_path: P
             if task.done():
                 task.result()
         mark = len(out)
-        while sum(isinstance(r, CounterReading) for r in out[mark:]) < 3:
+        while polls(out[mark:]) < 3:
             await asyncio.sleep(0.001)
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
-        return out[mark:]
+        return unbatched(out[mark:])
 
     after = asyncio.run(scenario())
     last = [r for r in after if isinstance(r, CounterReading)][-1]

@@ -10,6 +10,7 @@ import pytest
 from agent.clock import MonotonicClock
 from collectors._base import CounterReading, Reading
 from collectors._sampler import Sampler
+from tests.sources import unbatched
 
 
 class Counting:
@@ -54,7 +55,7 @@ def test_jobs_of_one_interval_share_a_thread_and_fail_alone() -> None:
     thread = next(iter(good.threads))
     assert good.closed_in == thread  # closed in the sampling thread, after its last sweep
     assert bad.closed_in == thread
-    values = [r.values["good_tx_bytes"] for r in got if isinstance(r, CounterReading)]
+    values = [r.values["good_tx_bytes"] for r in unbatched(got) if isinstance(r, CounterReading)]
     assert values == sorted(values)
     assert len(values) >= 15
     assert values[-1] == good.n  # nothing swept was lost

@@ -37,6 +37,7 @@ __all__ = [
     "BURST_BYTES_BOUNDS",
     "BURST_SECONDS_BOUNDS",
     "EXEC_TIME_BOUNDS",
+    "FORGET_COLUMN_AFTER_S",
     "MESSAGE_SIZE_BOUNDS",
     "BurstTally",
     "CollectiveWindow",
@@ -140,12 +141,21 @@ class _Layout:
     groups: list[tuple[Direction, npt.NDArray[np.intp]]]  # column indices, in column order
 
 
+#: A column not read for this long is a device that went away (unplugged, renamed, filtered
+#: out, its driver unloaded): the window forgets it, and its direction goes on summing the
+#: other devices. Until then its misses are gaps. If it comes back it counts afresh, like a
+#: new device.
+FORGET_COLUMN_AFTER_S = 2.0
+
+
 class CounterWindow:
     """Per-direction cumulative bytes at each poll, ready to be gridded.
 
     Each row is ``(time, cumulative bytes, 1.0 if the interval ending here is known)`` per
     direction. A column that was not read at the previous poll cannot say how its bytes split
-    over the missed intervals, so the interval is marked unknown rather than guessed.
+    over the missed intervals, so the interval is marked unknown rather than guessed; one
+    missing for ``FORGET_COLUMN_AFTER_S`` is forgotten (else one vanished port would leave
+    its source without a known interval, and without T, B and D, until a restart).
     """
 
     def __init__(self, capacity: int) -> None:
@@ -166,6 +176,14 @@ class CounterWindow:
         increments: dict[Direction, float] = {}
         known: dict[Direction, bool] = {}
         values = reading.values
+        gone = [
+            name
+            for name, seen in self._columns.items()
+            if name not in values and t - seen.time_s > FORGET_COLUMN_AFTER_S
+        ]
+        for name in gone:
+            del self._columns[name]
+            self._layout = None
         for name, seen in self._columns.items():
             if name not in values:
                 known[seen.direction] = False  # not read this time: a gap

@@ -7,7 +7,7 @@ import pytest
 
 from agent.rates import direction_grids
 from agent.tracker import PeriodTracker, periods_kept_after_lost_lock
-from agent.windows import CollectiveWindow, CounterWindow, GpuWindow, Ring
+from agent.windows import FORGET_COLUMN_AFTER_S, CollectiveWindow, CounterWindow, GpuWindow, Ring
 from collectors._base import CollectiveCall, CounterReading, GpuReading
 
 
@@ -94,6 +94,29 @@ def test_collective_window_totals_and_timed_calls() -> None:
     assert mix.ops["AllGather"] == (1, 0)
     assert mix.nranks == 16
     assert mix.call_times.tolist() == [3.0, 4.0, 5.0]
+
+
+def test_a_vanished_device_is_forgotten_and_its_direction_goes_on() -> None:
+    # Port b goes away at 1 s (hot-unplug) and comes back at 6 s from a reset counter.
+    w = CounterWindow(2000)
+    for i in range(1, 1000):
+        t = i * 0.01
+        values = {"a_tx_bytes": 1000 * i}
+        if t < 1.0 or t >= 6.0:
+            values["b_tx_bytes"] = 500 * i if t < 1.0 else 7 * (i - 600)
+        w.add(CounterReading(t, values))
+    g = w.grids(dt=0.01)["tx"]
+    times = g.t0 + g.dt * np.arange(g.rate.size)
+    unknown = times[~g.valid]
+    # Only while b might still come back is an interval unknown; then a alone is summed.
+    assert unknown.min() >= 0.98
+    assert unknown.max() <= 1.0 + FORGET_COLUMN_AFTER_S + 0.02
+    alone = (times > 3.1) & (times < 5.9)
+    assert g.rate[alone] == pytest.approx(np.full(int(alone.sum()), 100_000.0))
+    # Back, b starts afresh: its reset counter is no negative or huge interval.
+    back = times > 6.05
+    assert g.rate[back] == pytest.approx(np.full(int(back.sum()), 100_700.0))
+    assert w.resets == 0
 
 
 def test_tracker_locks_after_two_agreeing_windows_and_relocks_after_a_change() -> None:

@@ -141,10 +141,10 @@ class _Layout:
     groups: list[tuple[Direction, npt.NDArray[np.intp]]]  # column indices, in column order
 
 
-#: A column not read for this long is a device that went away (unplugged, renamed, filtered
-#: out, its driver unloaded): the window forgets it, and its direction goes on summing the
-#: other devices. Until then its misses are gaps. If it comes back it counts afresh, like a
-#: new device.
+#: A column not read for this long (and for five polls) is a device that went away
+#: (unplugged, renamed, filtered out, its driver unloaded): the window forgets it, and its
+#: direction goes on summing the other devices. Until then its misses are gaps. If it comes
+#: back it counts afresh, like a new device.
 FORGET_COLUMN_AFTER_S = 2.0
 
 
@@ -176,10 +176,14 @@ class CounterWindow:
         increments: dict[Direction, float] = {}
         known: dict[Direction, bool] = {}
         values = reading.values
+        # Gone: unread for FORGET_COLUMN_AFTER_S and for at least five polls (slow pollers).
+        after = FORGET_COLUMN_AFTER_S
+        if self._last_time is not None:
+            after = max(after, 5.0 * (t - self._last_time))
         gone = [
             name
             for name, seen in self._columns.items()
-            if name not in values and t - seen.time_s > FORGET_COLUMN_AFTER_S
+            if name not in values and t - seen.time_s > after
         ]
         for name in gone:
             del self._columns[name]

@@ -119,6 +119,18 @@ def test_a_vanished_device_is_forgotten_and_its_direction_goes_on() -> None:
     assert w.resets == 0
 
 
+def test_a_slow_poller_does_not_forget_a_device_that_missed_one_poll() -> None:
+    w = CounterWindow(100)
+    for i in range(1, 8):  # a poll every 5 s; b unread at 20 s
+        values = {"a_tx_bytes": 1000 * i, "b_tx_bytes": 1000 * i}
+        if i == 4:
+            del values["b_tx_bytes"]
+        w.add(CounterReading(5.0 * i, values))
+    g = w.grids(dt=5.0)["tx"]
+    assert int((~g.valid).sum()) == 2  # the missed poll's two intervals: gaps, not dips
+    assert np.nanmin(g.rate) == pytest.approx(400.0)  # b still counted everywhere else
+
+
 def test_tracker_locks_after_two_agreeing_windows_and_relocks_after_a_change() -> None:
     tr = PeriodTracker()
     assert tr.update(1.0).period_s is None

@@ -53,7 +53,14 @@ import numpy.typing as npt
 
 from agent.clock import Clock
 from agent.errors import ConfigError, SourceError, SourceUnavailable
-from collectors._base import CounterReading, DeviceInfo, Emit, Reading, SourceStats
+from collectors._base import (
+    CounterReading,
+    DeviceInfo,
+    Emit,
+    Reading,
+    SourceStats,
+    coalesce_counters,
+)
 from collectors._config import check_interval, doc
 from collectors._sysfs import read_attr
 from collectors.nic_counters import parse_speed
@@ -829,7 +836,8 @@ class _Worker:
     def _flush(self) -> None:
         if not self._batch:
             return
-        batch, self._batch = self._batch, []
+        # Consecutive bins as one CounterBatch: one queue item and one array update.
+        batch, self._batch = coalesce_counters(self._batch), []
         if not self._deliver(batch):
             self.handover_drops += 1
 

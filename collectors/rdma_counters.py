@@ -247,19 +247,16 @@ class RdmaPortReader:
         return value
 
     def read_data(self) -> tuple[int | None, int | None]:
-        """(tx bytes, rx bytes), the fast path; None where unreadable or saturated.
+        """(tx bytes, rx bytes); None where unreadable or saturated (:meth:`read_data_into`).
 
         Raises ``OSError`` when the device went away.
         """
-        tx = self._value(self._fds[0])
-        rx = self._value(self._fds[1])
-        return (
-            None if tx is None else tx * DATA_WORD_BYTES,
-            None if rx is None else rx * DATA_WORD_BYTES,
-        )
+        values: dict[str, int] = {}
+        self.read_data_into(values)
+        return values.get(self.tx_column), values.get(self.rx_column)
 
     def read_data_into(self, values: dict[str, int]) -> None:
-        """:meth:`read_data` stored under the port's column names, unreadable ones left out.
+        """(tx bytes, rx bytes) stored under the port's column names, unreadable ones left out.
 
         The sweep's fast path (no tuples, no formatting). Raises ``OSError`` when the device
         went away, and then stores nothing.

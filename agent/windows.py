@@ -97,6 +97,27 @@ class Ring:
             return self._data[: self._size].copy()
         return np.concatenate((self._data[self._head :], self._data[: self._head]))
 
+    def since(self, t: float | None, column: int = 0) -> FloatArray:
+        """The rows whose ``column`` value is at least ``t``, oldest first (all for None).
+
+        The same rows as filtering :meth:`view`, but only they are copied: a call ring holds
+        hundreds of thousands of rows, and the windows read a few periods of it every hop.
+        """
+        if t is None:
+            return self.view()
+        if self._size < self.capacity:
+            held = self._data[: self._size]
+            return held[held[:, column] >= t]
+        old, new = self._data[self._head :], self._data[: self._head]
+        return np.concatenate((old[old[:, column] >= t], new[new[:, column] >= t]))
+
+    def first(self) -> FloatArray | None:
+        """The oldest row (a copy), or None when empty."""
+        if self._size == 0:
+            return None
+        row: FloatArray = self._data[self._head if self._size == self.capacity else 0].copy()
+        return row
+
     def tail(self, n: int) -> FloatArray:
         """The newest ``n`` rows, oldest first (a copy of those rows only)."""
         n = max(0, min(n, self._size))
@@ -114,13 +135,12 @@ class Ring:
 
     def drop_before(self, t: float, column: int = 0) -> None:
         """Forget rows whose ``column`` value is below ``t`` (rows are in time order)."""
-        rows = self.view()
-        keep = rows[rows[:, column] >= t]
+        keep = self.since(t, column)
         self._data[:] = 0.0
         self._head = 0
         self._size = 0
-        for row in keep:
-            self.append(row)
+        if keep.shape[0]:
+            self.extend(keep)
 
 
 @dataclass
@@ -321,9 +341,9 @@ class CounterWindow:
         """Seconds between the oldest and newest poll held."""
         spans = []
         for ring in self._rings.values():
-            rows = ring.view()
-            if rows.shape[0] >= 2:
-                spans.append(float(rows[-1, 0] - rows[0, 0]))
+            first, last = ring.first(), ring.last()
+            if len(ring) >= 2 and first is not None and last is not None:
+                spans.append(float(last[0] - first[0]))
         return max(spans, default=0.0)
 
     def drop_before(self, t: float) -> None:
@@ -340,9 +360,7 @@ class CounterWindow:
         """
         out: dict[Direction, GridSeries] = {}
         for d, ring in self._rings.items():
-            rows = ring.view()
-            if since is not None:
-                rows = rows[rows[:, 0] >= since]
+            rows = ring.since(since)
             if rows.shape[0] < 3:
                 continue
             times = rows[:, 0]
@@ -377,9 +395,7 @@ class GpuWindow:
         """The window's samples (optionally only those at or after ``since``)."""
         if self._ring is None or self._signals is None or len(self._ring) < 2:
             return None
-        rows = self._ring.view()
-        if since is not None:
-            rows = rows[rows[:, 0] >= since]
+        rows = self._ring.since(since)
         if rows.shape[0] < 2:
             return None
         return GpuSamples(
@@ -605,9 +621,7 @@ class CollectiveWindow:
         """The estimator's view: totals since start, timed calls within the window."""
         if not self.totals:
             return None
-        rows = self._ring.view()
-        if since is not None:
-            rows = rows[rows[:, 0] >= since]
+        rows = self._ring.since(since)
         return CollectiveMix(
             ops=dict(self.totals),
             nranks=self.nranks,

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from agent.rates import direction_grids
 from agent.tracker import PeriodTracker, periods_kept_after_lost_lock
@@ -19,6 +21,33 @@ def test_ring_keeps_the_newest_rows_in_order() -> None:
     assert r.last() is not None
     r.drop_before(4)
     assert r.view()[:, 0].tolist() == [4, 5]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    capacity=st.integers(2, 12),
+    times=st.lists(st.floats(0, 100, allow_nan=False), max_size=40),
+    t=st.one_of(st.none(), st.floats(-1, 101, allow_nan=False)),
+)
+def test_ring_since_and_first_equal_filtering_the_whole_view(
+    capacity: int, times: list[float], t: float | None
+) -> None:
+    # Windows read "the rows since t" every hop; only those rows are copied, the same ones.
+    r = Ring(capacity, 2)
+    for i, x in enumerate(times):
+        r.append((x, i))
+    whole = r.view()
+    expected = whole if t is None else whole[whole[:, 0] >= t]
+    np.testing.assert_array_equal(r.since(t), expected)
+    first = r.first()
+    assert (first is None) == (len(r) == 0)
+    if first is not None:
+        np.testing.assert_array_equal(first, whole[0])
+    if t is not None:
+        r.drop_before(t)
+        np.testing.assert_array_equal(r.view(), expected)
+        r.append((1000.0, -1))  # and it goes on as a ring
+        assert r.view()[-1].tolist() == [1000.0, -1.0]
 
 
 def _readings(times: np.ndarray, tx: np.ndarray, rx: np.ndarray) -> list[CounterReading]:

@@ -28,6 +28,7 @@ from agent.config import Config, PrometheusSection, load_config
 from agent.errors import CommpulseError
 from agent.exporter import start_metrics_server
 from agent.http import MetricsServer, tls_context
+from agent.malloc import limit_arenas
 from agent.pipeline import Pipeline, PipelineSettings, Snapshot, SnapshotStore
 from agent.sinks import MqttSink
 from agent.systemd import Notifier
@@ -271,6 +272,7 @@ class Daemon:
 
 def run_daemon(config_path: Path) -> int:
     """Entry point of ``commpulse run``."""
+    limit_arenas()  # before any thread allocates: the agent runs for months
     return asyncio.run(Daemon(config_path).run())
 
 

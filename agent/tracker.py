@@ -20,6 +20,7 @@ from agent.period import edge_timing, estimate_period
 from agent.rates import GridSeries
 
 __all__ = [
+    "STEP_RATIO",
     "PeriodTracker",
     "RecentWatch",
     "StepChange",
@@ -54,6 +55,13 @@ def periods_kept_after_lost_lock(
     return lock_window_periods if stopped else restart_periods
 
 
+#: The step-change watch only considers a new period within this factor of the locked one.
+#: Further off, what a short window or the burst edges show is more likely structure inside
+#: a step (a ZeRO layer train, micro-batches) than a new step; bigger changes of T are left to
+#: the locked window and to the lost-lock restart.
+STEP_RATIO = 2.0
+
+
 @dataclass(frozen=True)
 class StepChange:
     """A new period seen in the newest burst intervals, and where the new traffic starts."""
@@ -71,7 +79,7 @@ def step_change(
     min_intervals: int = 3,
     agree: float = 0.08,
     differ: float = 0.1,
-    max_ratio: float = 2.0,
+    max_ratio: float = STEP_RATIO,
 ) -> StepChange | None:
     """The newest run of burst intervals that agree with each other but not with the lock.
 
@@ -212,11 +220,18 @@ class PeriodTracker:
         the second one rests on a newer burst: at a hop shorter than T, consecutive windows
         see the same edges, which would confirm nothing. Stray jittered intervals rarely pass:
         the next interval breaks their run, and a window without a run resets the challenger.
+        A period more than ``STEP_RATIO`` off the lock is no challenger: a short window of a
+        ZeRO step that shows only its layer train would otherwise re-lock on the layers.
         """
         evidence, edge = period_s, None
         if evidence is None and step is not None:
             evidence, edge = step.period_s, step.last_s
-        if self._locked is None or evidence is None or _close(evidence, self._locked, tol):
+        if (
+            self._locked is None
+            or evidence is None
+            or _close(evidence, self._locked, tol)
+            or not 1.0 / STEP_RATIO <= evidence / self._locked <= STEP_RATIO
+        ):
             self._challenger = self._challenger_edge = None
             return None
         if (

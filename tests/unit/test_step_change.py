@@ -106,3 +106,15 @@ def test_the_watch_finds_a_longer_new_step_in_the_locked_window_edges() -> None:
     steady = _square([float(k) for k in range(26)], 0.3, 26.0)
     tail = GridSeries(t0=cut * 0.01, dt=0.01, rate=steady.rate[cut:], valid=steady.valid[cut:])
     assert watch_recent(tail, 1.0, edges_from=steady).period_s == pytest.approx(1.0, rel=0.01)
+
+
+def test_a_short_window_that_shows_only_the_layer_train_is_no_challenger() -> None:
+    # Locked on a 2 s ZeRO step; short windows that catch only its 25 ms layer spacing (too
+    # few steps in them for the outer period) must not re-lock the job on its layers.
+    tr = PeriodTracker()
+    tr.update(2.0, confidence=0.9)
+    for _ in range(4):
+        assert tr.challenge(0.025) is None
+    assert tr.locked == 2.0
+    assert tr.challenge(2.5) is None  # a real step change within 2x still counts
+    assert tr.challenge(2.52) == pytest.approx(2.52)

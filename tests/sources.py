@@ -3,22 +3,28 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 from collectors._base import CounterBatch, CounterReading, Reading, Source
 
 
-async def collect_until(source: Source, kind: type, n: int = 1) -> list[Reading]:
-    """Everything ``source`` emits until its ``n``-th reading of type ``kind``; a failure of
-    the source is raised here instead of looping forever."""
+async def run_until(source: Source, done: Callable[[list[Reading]], bool]) -> list[Reading]:
+    """Everything ``source`` emits until ``done`` holds for it; a failure of the source is
+    raised here instead of looping forever."""
     out: list[Reading] = []
     task = asyncio.create_task(source.run(out.append))
-    while sum(isinstance(r, kind) for r in out) < n:
+    while not done(out):
         await asyncio.sleep(0)
         if task.done():
             task.result()
     task.cancel()
     await asyncio.gather(task, return_exceptions=True)
     return out
+
+
+async def collect_until(source: Source, kind: type, n: int = 1) -> list[Reading]:
+    """Everything ``source`` emits until its ``n``-th reading of type ``kind``."""
+    return await run_until(source, lambda out: sum(isinstance(r, kind) for r in out) >= n)
 
 
 def polls(readings: list[Reading]) -> int:
@@ -42,12 +48,4 @@ def unbatched(readings: list[Reading]) -> list[Reading]:
 async def collect_counter_readings(source: Source, n: int) -> list[Reading]:
     """Everything ``source`` emits until its ``n``-th counter poll, each poll as its own
     :class:`CounterReading` (a sampler hands polls over in batches)."""
-    out: list[Reading] = []
-    task = asyncio.create_task(source.run(out.append))
-    while polls(out) < n:
-        await asyncio.sleep(0)
-        if task.done():
-            task.result()
-    task.cancel()
-    await asyncio.gather(task, return_exceptions=True)
-    return unbatched(out)
+    return unbatched(await run_until(source, lambda out: polls(out) >= n))

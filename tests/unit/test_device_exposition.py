@@ -14,7 +14,7 @@ from collectors._base import CounterBatch, CounterReading, DeviceInfo, Reading
 from collectors.nic_counters import NicConfig, NicCounters
 from collectors.rdma_counters import RdmaConfig, RdmaCounters
 from tests.conftest import exposition, require_component
-from tests.sources import polls
+from tests.sources import polls, run_until
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURE = ROOT / "fixtures" / "mlx5-host" / "sys"
@@ -22,13 +22,7 @@ GOLDEN = ROOT / "golden" / "mlx5-host.prom"
 
 
 async def _readings(source: NicCounters | RdmaCounters, n: int) -> list[Reading]:
-    out: list[Reading] = []
-    task = asyncio.create_task(source.run(out.append))
-    while polls(out) < n:
-        await asyncio.sleep(0)
-    task.cancel()
-    await asyncio.gather(task, return_exceptions=True)  # let the sampler stop cleanly
-    return out
+    return await run_until(source, lambda out: polls(out) >= n)
 
 
 def _device_exposition() -> str:

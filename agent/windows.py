@@ -636,9 +636,12 @@ class CollectiveWindow:
         The key table starts over once it is full and every call that used it has left the
         ring, so a long-lived agent whose jobs come and go keeps naming its calls.
         """
-        rows = self._ring.view() if limit is None else self._ring.tail(limit)
-        if since is not None:
-            rows = rows[rows[:, 0] >= since]
+        if limit is None:
+            rows = self._ring.since(since)
+        else:
+            rows = self._ring.tail(limit)
+            if since is not None:
+                rows = rows[rows[:, 0] >= since]
         if len(self._keys) >= self.MAX_KEYS and not (self._ring.view()[:, 2] >= 0).any():
             self._key_ids.clear()
             self._keys.clear()

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
+from agent.edge_fit import edge_noise_ratio, realised_period
 from agent.levels import boxcar, robust_noise, two_means
 
 __all__ = [
@@ -638,12 +639,16 @@ def edge_timing(x: FloatArray, dt: float, period_s: float, *, t0: float = 0.0) -
     regular_fraction = float(regular.mean()) if regular.size else 0.0
     if not regular.any():
         return EdgeTiming(period_s, math.inf, 0.0, bursts_per_period, 0, rise)
-    # The mean period over the span, (last - first) / cycles, for rising and falling edges:
-    # dropping irregular intervals instead would bias T under random-walk jitter (a long
-    # step dropped, its short neighbours kept).
-    spans = [e[-1] - e[0] for e in (rise, fall)]
+    # The mean period over all cycles of the run, for rising and falling edges: every interval
+    # counts (dropping irregular ones would bias T under random-walk jitter: a long step
+    # dropped, its short neighbours kept), weighted between the span and the least-squares
+    # line by how much of the interval spread is edge timing error (agent/edge_fit.py).
     counts = [float(m_r.sum()), float(m_f.sum())]
-    t_edges = float(sum(spans) / sum(counts))
+    span_t = float((rise[-1] - rise[0] + fall[-1] - fall[0]) / sum(counts))
+    ratio = edge_noise_ratio([(d_r, m_r), (d_f, m_f)], span_t, fall - rise)
+    t_rise = realised_period(rise, m_r, ratio)
+    t_fall = realised_period(fall, m_f, ratio)
+    t_edges = float((counts[0] * t_rise + counts[1] * t_fall) / sum(counts))
     single = d[regular] / m[regular]
     cv = float(np.std(single) / np.mean(single)) if single.size > 1 else 0.0
     cycles = round(span / t_edges) if t_edges > 0 else 0

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from agent.quantiles import median, percentiles
+
 __all__ = [
     "OnOffLevels",
     "boxcar",
@@ -81,7 +83,7 @@ def two_means(x: FloatArray, *, iterations: int = 30) -> tuple[float, float]:
     """
     if x.size == 0:
         return 0.0, 0.0
-    marks = np.percentile(x, [1.0, *_START_PERCENTILES])
+    marks = percentiles(x, [1.0, *_START_PERCENTILES])
     lo0 = float(marks[0])
     best: tuple[float, float] | None = None
     best_cost = math.inf
@@ -112,7 +114,7 @@ def robust_noise(x: FloatArray) -> float:
     """
     if x.size < 3:
         return 0.0
-    return float(1.4826 * np.median(np.abs(np.diff(x))) / np.sqrt(2.0))
+    return float(1.4826 * median(np.abs(np.diff(x))) / np.sqrt(2.0))
 
 
 def level_noise(x: FloatArray, lo: float, hi: float) -> float:
@@ -133,7 +135,7 @@ def level_noise(x: FloatArray, lo: float, hi: float) -> float:
     ):
         if int(both.sum()) >= 10:
             d = np.abs(a[both] - b[both])
-            sigmas.append(float(1.4826 * np.median(d) / np.sqrt(2.0)))
+            sigmas.append(float(1.4826 * median(d) / np.sqrt(2.0)))
     return max(sigmas) if sigmas else robust_noise(x)
 
 
@@ -151,7 +153,7 @@ def separation(x: FloatArray, lo: float, hi: float) -> float:
     sigmas = []
     for side in (x[x < mid], x[x >= mid]):
         if side.size >= 3:
-            sigmas.append(1.4826 * float(np.median(np.abs(side - np.median(side)))))
+            sigmas.append(1.4826 * median(np.abs(side - median(side))))
     if not sigmas:
         return 0.0
     pooled = float(np.sqrt(np.mean(np.square(sigmas))))
@@ -173,16 +175,25 @@ def boxcar(x: FloatArray, width: int) -> FloatArray:
 
 
 def erode(mask: BoolArray, radius: int) -> BoolArray:
-    """Keep a True sample only if every sample within ``radius`` is True as well."""
-    if radius <= 0 or mask.size == 0:
+    """Keep a True sample only if every sample within ``radius`` is True as well.
+
+    Samples whose window runs past either end cannot be certified as interior: they are False.
+    """
+    n = mask.size
+    if radius <= 0 or n == 0:
         return mask.copy()
-    run = np.concatenate(([0], np.cumsum(~mask)))
-    idx = np.arange(mask.size)
-    hi = np.minimum(idx + radius + 1, mask.size)
-    lo = np.maximum(idx - radius, 0)
-    falses = run[hi] - run[lo]
-    out: BoolArray = (falses == 0) & mask
-    # Samples whose window runs past either end cannot be certified as interior.
-    out[:radius] = False
-    out[mask.size - radius :] = False
+    out = np.zeros(n, dtype=bool)
+    if n <= 2 * radius:
+        return out
+    inner = slice(radius, n - radius)
+    if radius <= 8:
+        # Shifted ANDs over contiguous slices: no index arrays, no cumulative sum.
+        core = mask[inner].copy()
+        for shift in range(-radius, radius + 1):
+            if shift:
+                core &= mask[radius + shift : n - radius + shift]
+        out[inner] = core
+        return out
+    falses = np.concatenate(([0], np.cumsum(~mask, dtype=np.int64)))
+    out[inner] = (falses[2 * radius + 1 :] == falses[: n - 2 * radius]) & mask[inner]
     return out

@@ -30,6 +30,7 @@ import numpy.typing as npt
 
 from agent.edge_fit import edge_noise_ratio, realised_period
 from agent.levels import boxcar, robust_noise, two_means
+from agent.quantiles import median
 
 __all__ = [
     "DetectorSettings",
@@ -573,7 +574,7 @@ def edge_timing(x: FloatArray, dt: float, period_s: float, *, t0: float = 0.0) -
     if finite.sum() < 16:
         return None
     if not finite.all():
-        x = np.where(finite, x, float(np.median(x[finite])))
+        x = np.where(finite, x, median(x[finite]))
     lo, hi = two_means(x)
     if hi - lo <= 0:
         return None
@@ -618,7 +619,7 @@ def edge_timing(x: FloatArray, dt: float, period_s: float, *, t0: float = 0.0) -
     mass = csum[end] - csum[np.maximum(start, 0)]
     expected = max(1, int((x.size * dt) / period_s))
     top = np.sort(mass)[::-1][:expected]
-    main = mass >= 0.5 * float(np.median(top))
+    main = mass >= 0.5 * median(top)
     rise, fall = rise[main], fall[main]
     if rise.size < 3:
         return None

@@ -6,10 +6,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from agent.bursts import burst_stats
 from agent.estimate import EstimateInputs, estimate
-from agent.levels import two_means
+from agent.levels import erode, two_means
 from agent.rates import GridSeries
 from tests.signals import periodic_bursts, sample_bursts, square_wave
 
@@ -135,3 +137,23 @@ def test_the_recorded_veth_capture_gives_b_and_d_in_every_window() -> None:
         assert est.burst_bandwidth == pytest.approx(25e6, rel=0.05), end
         assert est.duty_cycle == pytest.approx(0.32, abs=0.05), end
     assert checked >= 8
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.booleans(), max_size=80).map(lambda v: np.array(v, dtype=bool)),
+    st.integers(0, 12),
+)
+def test_erosion_keeps_exactly_the_samples_whose_whole_neighbourhood_is_on(
+    mask: np.ndarray, radius: int
+) -> None:
+    """The on/off cores B and D are taken from: a sample stays only when every sample within
+    ``radius`` is on and the neighbourhood lies inside the series (edge samples are partial)."""
+    out = erode(mask, radius)
+    n = mask.size
+    expected = [
+        bool(i - radius >= 0 and i + radius < n and mask[i - radius : i + radius + 1].all())
+        for i in range(n)
+    ]
+    assert out.dtype == np.bool_
+    assert out.tolist() == expected

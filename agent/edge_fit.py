@@ -14,8 +14,8 @@ cycles. Two classical estimators are each optimal at one end:
 The minimum-variance linear estimator for a mix of both is a weighted sum of the intervals,
 ``T = Σ W_i δ_i / Σ W_i m_i`` (``m_i`` cycles in interval ``i``, more than one where bursts
 were missed), whose weights solve one tridiagonal system. The ratio of the two variances comes
-from the intervals themselves: timing error makes consecutive intervals anti-correlated (lag-1
-autocovariance −σ_e²), step jitter does not.
+from the intervals themselves: step jitter moves both edges of a burst together, timing error
+moves each on its own.
 
 Pure functions of numpy arrays.
 """
@@ -31,44 +31,70 @@ __all__ = ["edge_noise_ratio", "realised_period"]
 
 FloatArray = npt.NDArray[np.float64]
 
+#: Fewest single-cycle intervals for a departure from the span. Below, the line fit gains
+#: little (its variance is about 6/K of the span's) and the two variances cannot be told apart.
+MIN_INTERVALS = 12
+
 
 def edge_noise_ratio(
-    sequences: list[tuple[FloatArray, FloatArray]], period_s: float, widths: FloatArray
+    rising: tuple[FloatArray, FloatArray],
+    falling: tuple[FloatArray, FloatArray],
+    period_s: float,
+    timing_sd_bound: float = math.inf,
 ) -> float:
     """σ_e² / σ_j²: edge timing variance over step jitter variance, from the intervals.
 
     Args:
-        sequences: (intervals, cycles per interval) of each edge sequence (rising, falling);
-            only consecutive single-cycle intervals are used.
+        rising: (intervals, cycles per interval) of the rising edges of the bursts.
+        falling: the same for their falling edges (burst i's fall follows its rise).
         period_s: the period the deviations are taken from.
-        widths: burst widths (fall − rise of each burst).
+        timing_sd_bound: the largest edge timing error the amplitude noise can explain (a
+            generous bound: only a spread far beyond it is taken for timing error).
 
-    With intervals ``d_i = τ_i + e_{i+1} − e_i``: var(d) = σ_j² + 2σ_e² and the lag-1
-    autocovariance is −σ_e². Returns 0 (trust the span) when there is too little to tell and
-    ``inf`` (least squares) when the steps show no jitter at all.
+    A step that runs long moves both edges of the bursts after it, while the timing errors of
+    the two edges are independent: the covariance of the rising and falling intervals is the
+    jitter σ_j², and each interval's variance is σ_j² + 2σ_e². A burst's width is a difference
+    of two timing errors, so the change of width bounds σ_e² too, as does the amplitude noise;
+    the spread beyond it is jitter. Each estimate is taken less its standard error, so that
+    jitter counts as zero only on a train that shows none (then the line fit, ``inf``), and
+    with too few intervals to tell the span is kept (0).
     """
-    squares: list[FloatArray] = []
-    products: list[FloatArray] = []
-    for d, m in sequences:
-        unit = m == 1.0
-        dev = d - period_s
-        squares.append(dev[unit] ** 2)
-        pair = unit[1:] & unit[:-1]
-        products.append((dev[1:] * dev[:-1])[pair])
-    sq = np.concatenate(squares) if squares else np.empty(0)
-    pr = np.concatenate(products) if products else np.empty(0)
-    if sq.size < 4 or pr.size < 3:
+    (d_r, m_r), (d_f, m_f) = rising, falling
+    n = min(d_r.size, d_f.size)
+    unit = (m_r[:n] == 1.0) & (m_f[:n] == 1.0)
+    count = int(unit.sum())
+    if count < MIN_INTERVALS:
         return 0.0
-    edge_var = max(0.0, -float(pr.mean()))
-    if widths.size >= 4:
-        # A burst's width is a difference of two timing errors, untouched by step jitter: the
-        # tighter bound when the bursts last the same each step (the covariance above is noisy
-        # when jitter dominates). Bursts of varying length only loosen it.
-        edge_var = min(edge_var, 0.5 * float(np.var(widths)))
-    # Jitter is what the spread leaves beyond the timing error, less one standard error of the
-    # spread: a chance excess on a jitter-free train would otherwise keep T off the line fit.
-    spread = float(sq.mean())
-    jitter_var = max(0.0, spread - 2.0 * edge_var - spread * math.sqrt(2.0 / sq.size))
+    dev_r = np.where(unit, d_r[:n] - period_s, 0.0)
+    dev_f = np.where(unit, d_f[:n] - period_s, 0.0)
+    # Which step moves a burst's fall depends on where in the step the burst sits (a burst at
+    # the sync point shares its step with its rise; a layer train that fills the step ends with
+    # the next one): the shared jitter is the sum of the cross-covariances at lags -1, 0, +1.
+    cov = 0.0
+    var_of_cov = 0.0
+    for a, b in ((dev_r, dev_f), (dev_r[1:], dev_f[:-1]), (dev_r[:-1], dev_f[1:])):
+        both = (a != 0.0) & (b != 0.0)
+        if int(both.sum()) < 3:
+            continue
+        products = (a * b)[both]
+        cov += float(products.mean())
+        var_of_cov += float(products.var()) / products.size
+    spread = 0.5 * float(np.mean(dev_r[unit] ** 2) + np.mean(dev_f[unit] ** 2))
+    spread_se = spread * math.sqrt(2.0 / count)
+    # Widths change by the difference of two steps' width noise: var(Δw) = 2·var(w) ≥ 4σ_e²
+    # when the timing error is all there is; the amplitude noise bounds it as well.
+    widths_change = d_f[:n][unit] - d_r[:n][unit]
+    edge_var = min(
+        max(0.0, 0.5 * (spread - max(cov, 0.0))),
+        0.25 * float(np.mean(widths_change**2)),
+        timing_sd_bound**2,
+    )
+    # Jitter, less a standard error: the shared movement of the two edges, or the spread the
+    # timing error cannot explain, whichever is clearer.
+    jitter_var = max(cov - math.sqrt(var_of_cov), spread - 2.0 * edge_var - spread_se, 0.0)
+    # The timing error must show too (also less a standard error): with both unresolved the
+    # span is the safe side.
+    edge_var = min(edge_var, max(0.0, 0.5 * (spread - max(cov, 0.0) - spread_se)))
     if edge_var == 0.0:
         return 0.0
     return math.inf if jitter_var == 0.0 else edge_var / jitter_var

@@ -581,6 +581,7 @@ def edge_timing(x: FloatArray, dt: float, period_s: float, *, t0: float = 0.0) -
     u = (x - lo) / (hi - lo)
     period_n = period_s / dt
     noise = robust_noise(u)
+    width = 1
     if noise > 0.1:
         width = math.ceil((noise / 0.1) ** 2)
         width = int(min(width, max(1, period_n / 8)))
@@ -646,7 +647,10 @@ def edge_timing(x: FloatArray, dt: float, period_s: float, *, t0: float = 0.0) -
     # line by how much of the interval spread is edge timing error (agent/edge_fit.py).
     counts = [float(m_r.sum()), float(m_f.sum())]
     span_t = float((rise[-1] - rise[0] + fall[-1] - fall[0]) / sum(counts))
-    ratio = edge_noise_ratio([(d_r, m_r), (d_f, m_f)], span_t, fall - rise)
+    # A 50 % crossing moves by about the noise over the edge's slope: σ·√width samples after
+    # a boxcar of ``width``; three times that bounds it generously (sampling phase included).
+    timing_bound = 3.0 * noise * math.sqrt(width) * dt
+    ratio = edge_noise_ratio((d_r, m_r), (d_f, m_f), span_t, timing_bound)
     t_rise = realised_period(rise, m_r, ratio)
     t_fall = realised_period(fall, m_f, ratio)
     t_edges = float((counts[0] * t_rise + counts[1] * t_fall) / sum(counts))

@@ -24,8 +24,9 @@ import numpy as np
 import numpy.typing as npt
 
 from agent.levels import boxcar, erode, level_noise, separation, two_means
+from agent.rates import PollIntervals
 
-__all__ = ["MIN_CORE_SAMPLES", "BurstStats", "burst_stats", "on_runs"]
+__all__ = ["MIN_CORE_SAMPLES", "BurstStats", "burst_stats", "on_runs", "poll_cores"]
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -64,6 +65,29 @@ def on_runs(mask: npt.NDArray[np.bool_]) -> tuple[npt.NDArray[np.int64], npt.NDA
     return change[0::2].astype(np.int64), change[1::2].astype(np.int64)
 
 
+def poll_cores(
+    polls: PollIntervals, lo: float, contrast: float, start: float, end: float, nominal: float
+) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
+    """On- and off-core poll intervals between ``start`` and ``end``: (rates, durations) each.
+
+    A grid slot is a time-weighted mix of the poll intervals it overlaps. When polls are
+    jittered, the interval that holds a burst edge (a partial rate) can be longer than a slot
+    and fill a slot that one-slot erosion keeps, biasing B low. Classified and eroded as
+    intervals instead, the partial interval is always the first or last of its run (or an
+    outer neighbour of it) and never enters a core. Intervals longer than two nominal ones
+    are left out of both cores: one can hold a whole short burst and still read as "off".
+    """
+    times, rate = polls.times, polls.rate
+    spans = np.diff(times)
+    inside = (times[:-1] >= start - 1e-9 * nominal) & (times[1:] <= end + 1e-9 * nominal)
+    known = inside & np.isfinite(rate)
+    u = (np.where(known, rate, lo) - lo) / contrast
+    usable = spans <= 2.0 * nominal
+    on_core = erode(known & (u >= 0.5), 1) & usable
+    off_core = erode(known & (u < 0.5), 1) & usable
+    return rate[on_core], spans[on_core], rate[off_core], spans[off_core]
+
+
 def _structured(values: FloatArray, lo: float, hi: float) -> bool:
     """Whether the high samples come in runs, as bursts do, rather than scattered at random.
 
@@ -86,6 +110,8 @@ def burst_stats(
     period_s: float | None = None,
     *,
     min_contrast_sigmas: float = 6.0,
+    polls: PollIntervals | None = None,
+    t0: float = 0.0,
 ) -> BurstStats:
     """B, D, V and the burst count of one direction's rate series.
 
@@ -95,6 +121,9 @@ def burst_stats(
         period_s: T if known (for V and the smoothing cap).
         min_contrast_sigmas: the on level must stand this many noise σ above the off level
             to be called a burst at all; otherwise the traffic is flat (or silent).
+        polls: the counter reads the grid was made from, if known: the two levels then come
+            from whole poll intervals (:func:`poll_cores`) rather than from eroded slots.
+        t0: start of the first slot (with ``polls``).
     """
     x = np.asarray(rate, dtype=np.float64)
     finite = np.isfinite(x)
@@ -124,31 +153,34 @@ def burst_stats(
         u = boxcar(u, width)
     on = (u >= 0.5) & finite
     off = (u < 0.5) & finite
-    radius = width // 2 + 1
-    on_core = erode(on, radius)
-    off_core = erode(off, radius)
     starts, ends = on_runs(on)
     bursts = int(starts.size)
     mean_burst = float(np.mean(ends - starts) * dt) if bursts else None
     gap_starts, gap_ends = on_runs(off)
     mean_gap = float(np.mean(gap_ends - gap_starts) * dt) if gap_starts.size else None
 
-    on_vals = x[on_core]
-    resolved = on_vals.size >= MIN_CORE_SAMPLES
-    if not resolved and width > 1:
-        # Bursts shorter than the smoothing: smoothing spread them below half height, into the
-        # "off" class, and their bytes would count as background (V would collapse). The
-        # background comes from the unsmoothed samples instead.
-        raw_off = erode((filled - lo) / contrast < 0.5, 1) & finite
-        off_core = raw_off if raw_off.any() else off_core
-    off_vals = x[off_core]
-    off_level = float(off_vals.mean()) if off_vals.size else lo
-    if resolved:
-        on_level = float(on_vals.mean())
-        b = on_level
+    if width == 1 and polls is not None:
+        on_r, on_w, off_r, off_w = poll_cores(polls, lo, contrast, t0, t0 + x.size * dt, dt)
+        resolved = on_r.size >= MIN_CORE_SAMPLES
+        core_on = float(np.dot(on_r, on_w) / on_w.sum()) if resolved else None
+        off_level = float(np.dot(off_r, off_w) / off_w.sum()) if off_r.size else lo
     else:
-        b = None
-        on_level = hi
+        radius = width // 2 + 1
+        on_core = erode(on, radius)
+        off_core = erode(off, radius)
+        on_vals = x[on_core]
+        resolved = on_vals.size >= MIN_CORE_SAMPLES
+        if not resolved and width > 1:
+            # Bursts shorter than the smoothing: smoothing spread them below half height, into
+            # the "off" class, and their bytes would count as background (V would collapse).
+            # The background comes from the unsmoothed samples instead.
+            raw_off = erode((filled - lo) / contrast < 0.5, 1) & finite
+            off_core = raw_off if raw_off.any() else off_core
+        off_vals = x[off_core]
+        off_level = float(off_vals.mean()) if off_vals.size else lo
+        core_on = float(on_vals.mean()) if resolved else None
+    b = core_on
+    on_level = core_on if core_on is not None else hi
     height = on_level - off_level
     on_ratio = (mean - off_level) / height if height > 0 else None
     if on_ratio is not None:

@@ -215,6 +215,7 @@ def whole_periods(grid: GridSeries, period: PeriodResult) -> GridSeries:
         valid=grid.valid[i0:i1],
         resets=grid.resets,
         wraps=grid.wraps,
+        polls=grid.polls,
     )
 
 
@@ -296,7 +297,7 @@ def estimate(
         period = estimate_period(full_grid.rate, full_grid.dt, t0=full_grid.t0, settings=cfg)
         period_source = inputs.network_source
         grid = whole_periods(full_grid, period)
-        bursts = burst_stats(grid.rate, grid.dt, period.period_s)
+        bursts = burst_stats(grid.rate, grid.dt, period.period_s, polls=grid.polls, t0=grid.t0)
         last_burst_end = _last_burst_end(full_grid, bursts)
         if grid.resets:
             warnings.append(f"{grid.resets} counter reset(s): those intervals were left out")

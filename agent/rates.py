@@ -19,7 +19,7 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
@@ -48,12 +48,27 @@ MAX_SPREAD_INTERVALS = 50.0
 
 
 @dataclass(frozen=True)
+class PollIntervals:
+    """The counter reads a grid was resampled from.
+
+    ``times`` are the n + 1 read instants and ``rate`` the mean rate over each of the n
+    intervals between them (NaN where unknown). A grid slot is a time-weighted mix of the
+    intervals it overlaps; only the intervals themselves say which stretches of time were
+    wholly inside a burst.
+    """
+
+    times: FloatArray
+    rate: FloatArray
+
+
+@dataclass(frozen=True)
 class GridSeries:
     """Rates on a uniform grid.
 
     ``rate[i]`` is the mean rate (bytes/s) over ``[t0 + i*dt, t0 + (i+1)*dt)``; ``valid[i]`` is
     False where the slot overlaps a counter reset, a long gap or the region before the first
-    read. ``resets`` and ``wraps`` count what the delta step found.
+    read. ``resets`` and ``wraps`` count what the delta step found. ``polls`` are the reads
+    the grid was resampled from, when it came from counters.
     """
 
     t0: float
@@ -62,6 +77,7 @@ class GridSeries:
     valid: BoolArray
     resets: int = 0
     wraps: int = 0
+    polls: PollIntervals | None = field(default=None, repr=False, compare=False)
 
     @property
     def times(self) -> FloatArray:
@@ -285,7 +301,8 @@ def grid_from_cumulative(
         valid &= np.cumsum(marks[:-1]) == 0
     valid &= edges[:-1] >= float(times[0]) - 1e-9
     rate = np.where(valid, rate, np.nan)
-    return GridSeries(t0=t0, dt=dt, rate=rate, valid=valid, resets=resets, wraps=wraps)
+    polls = PollIntervals(times, np.where(bad, np.nan, clean / np.where(bad, 1.0, spans)))
+    return GridSeries(t0=t0, dt=dt, rate=rate, valid=valid, resets=resets, wraps=wraps, polls=polls)
 
 
 def _column_on_base(
@@ -344,4 +361,4 @@ def direction_grids(
     return out
 
 
-__all__ += ["MAX_SPREAD_INTERVALS", "direction_grids", "stale_reads"]
+__all__ += ["MAX_SPREAD_INTERVALS", "PollIntervals", "direction_grids", "stale_reads"]

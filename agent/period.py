@@ -71,7 +71,7 @@ class DetectorSettings:
 
     z_min: float = 5.5
     comb_min: float = 0.2
-    min_cycles: float = 2.5
+    min_cycles: float = 2.3
     max_interval_cv: float = 0.25
     min_regular_fraction: float = 0.7
     level_samples: int = 8192
@@ -84,7 +84,13 @@ class DetectorSettings:
     #: benchmark) with a modest z is enough.
     strong_comb: float = 0.7
     strong_z_min: float = 2.0
-    strong_min_cycles: float = 3.5
+    #: Three cycles are enough to lock at cold start (2.75: a window of three periods holds a
+    #: little under three at the coarser levels); aperiodic traffic reached none of the
+    #: benchmark's 8000 windows with it.
+    strong_min_cycles: float = 2.75
+    #: Under this many cycles, a period that is a multiple of another detected one is dropped:
+    #: any multiple of T repeats too, and over three or four cycles it can look like a period.
+    outer_min_cycles: float = 3.5
     #: Below this many cycles a period must have the strong comb whatever its z: with so few
     #: repetitions in the window, noise makes large-lag peaks look significant.
     few_cycles: float = 4.2
@@ -672,6 +678,29 @@ def _confidence(det: LevelDetection, cv: float | None, cfg: DetectorSettings) ->
     return float(max(0.0, min(1.0, conf)))
 
 
+def _without_few_cycle_multiples(
+    valid: list[LevelDetection], cfg: DetectorSettings
+) -> list[LevelDetection]:
+    """Drop detections under ``outer_min_cycles`` that are a multiple of another detection.
+
+    Every multiple of T repeats as well as T does, and over three or four cycles a level can
+    take one for its period; a shorter period that divides it and is seen too wins until the
+    longer one has repeated often enough to be an outer period (a nested period's claim).
+    """
+    keep = []
+    for d in valid:
+        if d.cycles < cfg.outer_min_cycles and any(
+            e.period_s < d.period_s
+            and round(d.period_s / e.period_s) >= 2
+            and abs(d.period_s / e.period_s - round(d.period_s / e.period_s))
+            <= 0.05 * round(d.period_s / e.period_s)
+            for e in valid
+        ):
+            continue
+        keep.append(d)
+    return keep
+
+
 def estimate_period(
     rate: FloatArray,
     dt: float,
@@ -716,7 +745,7 @@ def estimate_period(
         if det is not None:
             detections.append(det)
 
-    valid = [d for d in detections if d.valid]
+    valid = _without_few_cycle_multiples([d for d in detections if d.valid], cfg)
     if not valid:
         best = max(detections, key=lambda d: d.z, default=None)
         return PeriodResult(
@@ -775,6 +804,23 @@ def estimate_period(
             cv = timing.interval_cv
             rising = timing.rising_s
         break
+
+    if current.cycles < cfg.outer_min_cycles and method != "edges":
+        # Few cycles are enough only when the burst edges confirm about one main burst per
+        # period: otherwise a multiple of a period too smeared to be seen can pass for one.
+        return PeriodResult(
+            None,
+            0.0,
+            cycles=current.cycles,
+            z=current.z,
+            comb=current.comb,
+            level=current.level,
+            warnings=(
+                f"only {current.cycles:.1f} cycles in the window and no regular burst edges "
+                "to confirm them",
+            ),
+            detections=tuple(detections),
+        )
 
     # Confidence from the clearest level that sees the same period (the finest one can be
     # the noisiest: narrow bursts under jitter smear its NSDF peaks).

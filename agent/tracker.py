@@ -170,7 +170,7 @@ class PeriodTracker:
 
     While nothing is locked, one window whose estimate has at least ``lock_confidence`` locks
     at once: a confidence that high needs a clear comb, a large z and regular burst edges over
-    about four periods, which aperiodic traffic never reached on the benchmark (0 of 8000
+    three periods or more, which aperiodic traffic never reached on the benchmark (0 of 8000
     windows gave any period). Switching from one locked period to another still takes two
     agreeing windows, so a nested job cannot flip between its inner and outer period.
     """

@@ -5,7 +5,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from agent.period import build_pyramid, estimate_period, nsdf, t_quantile_9995
+from agent.period import (
+    DetectorSettings,
+    LevelDetection,
+    _without_few_cycle_multiples,
+    build_pyramid,
+    estimate_period,
+    nsdf,
+    t_quantile_9995,
+)
 from tests.signals import gamma_renewal, periodic_bursts, poisson_bursts, sample_bursts, square_wave
 
 
@@ -160,6 +168,40 @@ def test_four_cycles_in_the_window_are_enough_for_a_clean_square_wave(seed: int)
     x, realised = square_wave(1.0, 0.3, 100.0, 4.0, noise=0.05, jitter=0.02, seed=seed)
     r = estimate_period(x, 0.01)
     assert r.period_s == pytest.approx(realised, rel=0.01)
+
+
+def test_three_cycles_in_the_window_are_enough_when_the_edges_confirm_them() -> None:
+    """Cold start at three steps: windows of exactly 3 T give T, confirmed by regular burst
+    edges, within 1 % of the realised step; none gives a wrong T."""
+    found = 0
+    for seed in range(20):
+        x, realised = square_wave(1.0, 0.3, 100.0, 3.0, noise=0.05, jitter=0.01, seed=seed)
+        r = estimate_period(x, 0.01)
+        if r.period_s is None:
+            continue
+        found += 1
+        assert r.method == "edges"
+        assert r.period_s == pytest.approx(realised, rel=0.01)
+    assert found >= 18
+
+
+def _detection(period: float, cycles: float, level: int = 0) -> LevelDetection:
+    return LevelDetection(
+        level=level, dt=0.01, lag=period / 0.01, nsdf=0.9, comb=0.9, z=10.0, cycles=cycles,
+        valid=True,
+    )  # fmt: skip
+
+
+def test_a_few_cycle_multiple_of_a_seen_period_is_not_a_period() -> None:
+    """Every multiple of T repeats too: a 5 T seen over 3.2 cycles beside T itself is T's
+    multiple, not an outer period, until it has repeated 3.5 times."""
+    cfg = DetectorSettings()
+    t, five_t = _detection(1.0, 16.0), _detection(5.02, 3.2, level=1)
+    assert _without_few_cycle_multiples([t, five_t], cfg) == [t]
+    outer = _detection(5.02, 4.0, level=1)
+    assert _without_few_cycle_multiples([t, outer], cfg) == [t, outer]
+    odd = _detection(2.5, 3.0, level=1)  # not a multiple of T: kept
+    assert _without_few_cycle_multiples([t, odd], cfg) == [t, odd]
 
 
 def test_under_10_percent_jitter_t_is_the_mean_step_of_the_window() -> None:

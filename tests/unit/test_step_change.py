@@ -83,21 +83,30 @@ def _square(starts: list[float], width: float, t_end: float, dt: float = 0.01) -
 
 
 def test_the_watch_finds_a_longer_new_step_in_the_locked_window_edges() -> None:
-    # 1.0 s steps until 20 s, then 1.3 s steps: the last 4.5 s hold only 3 of the new steps,
-    # too few for a period of their own; the locked window's edges show the new run.
-    starts = [float(k) for k in range(20)] + [20.15 + 1.3 * k for k in range(5)]
-    whole = _square(starts, 0.3, 26.0)
-    cut = round((26.0 - 4.5) / whole.dt)
+    # 1.0 s steps until 20 s, then 1.8 s steps: the last 4.5 s hold only 2.5 of the new
+    # steps, too few for a period of their own; the locked window's edges show the new run.
+    starts = [float(k) for k in range(20)] + [20.15 + 1.8 * k for k in range(5)]
+    whole = _square(starts, 0.3, 28.0)
+    cut = round((28.0 - 4.5) / whole.dt)
     recent = GridSeries(
         t0=cut * whole.dt, dt=whole.dt, rate=whole.rate[cut:], valid=whole.valid[cut:]
     )
     watch = watch_recent(recent, 1.0, edges_from=whole)
     assert watch.period_s is None
     assert watch.step is not None
-    assert watch.step.period_s == pytest.approx(1.3, rel=0.01)
+    assert watch.step.period_s == pytest.approx(1.8, rel=0.01)
     assert watch.step.since_s == pytest.approx(20.15, abs=0.02)
     # After a re-lock on it, the window restarts just before the new run, not 5 T back.
-    assert watch.keep_from(26.0, 1.3, 5.0) == pytest.approx(20.15 - 0.325, abs=0.02)
+    assert watch.keep_from(28.0, 1.8, 5.0) == pytest.approx(20.15 - 0.45, abs=0.02)
+    # A new step of 1.3 s shows as a period of its own in the 4.5 s (3.5 of its cycles).
+    shorter = _square(
+        [float(k) for k in range(20)] + [20.15 + 1.3 * k for k in range(5)], 0.3, 26.0
+    )
+    cut = round((26.0 - 4.5) / shorter.dt)
+    tail = GridSeries(
+        t0=cut * shorter.dt, dt=shorter.dt, rate=shorter.rate[cut:], valid=shorter.valid[cut:]
+    )
+    assert watch_recent(tail, 1.0, edges_from=shorter).period_s == pytest.approx(1.3, rel=0.01)
     # A short window with a new period of its own: the window restarts where it starts.
     shown = RecentWatch(1.3, since_s=21.5)
     assert shown.keep_from(26.0, 1.3, 5.0) == pytest.approx(21.5)

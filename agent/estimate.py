@@ -28,6 +28,7 @@ __all__ = [
     "GpuSamples",
     "busier_direction",
     "estimate",
+    "log_grid",
     "log_series",
     "whole_periods",
 ]
@@ -247,6 +248,27 @@ def log_series(mix: CollectiveMix) -> tuple[FloatArray, float, float] | None:
     if times[-1] - times[0] <= 0:
         return None
     return _events_series(times, weights)
+
+
+def log_grid(mix: CollectiveMix, dt: float, *, end: float) -> GridSeries | None:
+    """The NCCL log's timed calls binned at ``dt``, from the first call to ``end``.
+
+    Bytes per second, or calls per second when some S is unknown; None without two timed
+    calls.
+    """
+    times = mix.call_times
+    ok = np.isfinite(times)
+    if int(ok.sum()) < 2:
+        return None
+    t = times[ok]
+    weights = mix.call_bytes[ok] if mix.call_bytes.size == times.size else np.ones(t.size)
+    if not np.isfinite(weights).all() or float(weights.sum()) <= 0:
+        weights = np.ones(t.size)
+    t0 = float(t.min())
+    n = max(1, int((max(end, float(t.max())) - t0) / dt) + 1)
+    idx = np.minimum(((t - t0) / dt).astype(np.int64), n - 1)
+    rate = np.bincount(idx, weights=weights, minlength=n) / dt
+    return GridSeries(t0=t0, dt=dt, rate=rate, valid=np.ones(n, dtype=np.bool_))
 
 
 def _log_period(mix: CollectiveMix, settings: DetectorSettings) -> PeriodResult | None:

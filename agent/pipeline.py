@@ -22,7 +22,7 @@ import numpy as np
 
 from agent.clock import Clock, MonotonicClock, Ticker
 from agent.errors import SourceError, SourceUnavailable
-from agent.estimate import Estimate, EstimateInputs, busier_direction, estimate
+from agent.estimate import Estimate, EstimateInputs, busier_direction, estimate, log_grid
 from agent.period import estimate_period
 from agent.rates import Direction, GridSeries
 from agent.regime import IDLE_BYTES_PER_S
@@ -252,6 +252,10 @@ class Pipeline:
         self._last_burst_wall: float | None = None
         self._job_comm_id: str | None = None
         self._network_source: str | None = None
+        #: Calls before this time are old traffic after a re-lock or a lost lock: the NCCL
+        #: log's estimates start here (counter windows drop their polls instead; the calls
+        #: stay for the collective-side parameters).
+        self._calls_floor: float | None = None
         self._last_regime: RegimeParams | None = None
         self.estimator_errors = 0
         self._tg: asyncio.TaskGroup | None = None
@@ -458,6 +462,16 @@ class Pipeline:
         self._network_source = best
         return best, means[best][1]
 
+    def _log_since(self, periods: float) -> float | None:
+        """Start of the NCCL log's window: ``periods`` locked periods back.
+
+        Never before the calls floor; None means the whole call window.
+        """
+        start = self._window_start(periods)
+        if self._calls_floor is None:
+            return start
+        return self._calls_floor if start is None else max(start, self._calls_floor)
+
     def _window_start(self, periods: float) -> float | None:
         """Start of the last ``periods`` locked periods (None when not locked)."""
         t = self._tracker.locked
@@ -473,6 +487,10 @@ class Pipeline:
         since: float | None = None
         if grids:
             since = min(g.t0 for g in grids.values())
+        else:
+            # The NCCL log alone: the locked window as for counters, not the whole call ring
+            # (a change of step would otherwise wait for the old steps to leave the ring).
+            since = self._log_since(self._cfg.lock_window_periods)
         mix = st.calls.mix(since=since)
         self._job_comm_id = st.calls.job_comm_id(since=since)
         if not grids and mix is None:
@@ -526,6 +544,7 @@ class Pipeline:
                 lost_from = self._clock.now() - periods * was_locked
                 for window in self._state.counters.values():
                     window.drop_before(lost_from)
+                self._calls_floor = lost_from
             relocked = update.period_s if update.changed else None
             keep_from: float | None = None
             if relocked is None and update.period_s is not None:
@@ -551,6 +570,7 @@ class Pipeline:
                     keep_from = self._clock.now() - self._cfg.restart_periods * relocked
                 for window in self._state.counters.values():
                     window.drop_before(keep_from)
+                self._calls_floor = keep_from
             if update.period_s is None:
                 # Not locked yet (or lost): no T, and so no D, rather than a guess.
                 est = replace(
@@ -616,13 +636,27 @@ class Pipeline:
         """
         _, grids = self._network(since=self._window_start(self._cfg.change_window_periods))
         chosen = busier_direction(grids) if grids else None
-        if chosen is None:
-            return RecentWatch(None)
-        direction, recent = chosen
-        try:
-            return await asyncio.to_thread(
-                watch_recent, recent, locked_s, edges_from=inputs.network.get(direction)
+        if chosen is not None:
+            direction, recent = chosen
+            edges_from = inputs.network.get(direction)
+        else:
+            # The NCCL log alone: its calls binned coarsely enough (T/64) that the calls of one
+            # sync point (a bucketed all-reduce, a layer's gathers) merge into one burst whose
+            # edges time the steps; 1 ms bins would show the spacing of single calls.
+            mix = self._state.calls.mix(since=self._log_since(self._cfg.change_window_periods))
+            dt = max(1e-3, locked_s / 64.0)
+            now = self._clock.now()
+            log_recent = log_grid(mix, dt, end=now) if mix is not None else None
+            edges_from = (
+                log_grid(inputs.collectives, dt, end=now)
+                if inputs.collectives is not None
+                else None
             )
+            if log_recent is None:
+                return RecentWatch(None)
+            recent = log_recent
+        try:
+            return await asyncio.to_thread(watch_recent, recent, locked_s, edges_from=edges_from)
         except Exception:  # the watches are advisory: never let them stop the estimates
             log.exception("step-change watch failed on this window")
             return RecentWatch(None)

@@ -5,12 +5,13 @@ from __future__ import annotations
 import asyncio
 import math
 
+import numpy as np
 import pytest
 
 from agent.clock import MonotonicClock, Ticker
 from agent.errors import SourceError
 from agent.pipeline import Pipeline, PipelineSettings, SinkHealth, Snapshot, SnapshotStore
-from collectors._base import CounterReading, Emit
+from collectors._base import CallBatch, CounterReading, Emit
 
 
 class SquareWaveCounters:
@@ -121,6 +122,74 @@ def test_a_short_period_keeps_being_estimated_after_the_lock() -> None:
     for snap in after:
         assert snap.estimate is not None
         assert snap.estimate.period_s == pytest.approx(0.1, rel=0.02)
+
+
+class NcclTrains:
+    """An NCCL log's calls in real time: a train of 4 all-reduces 4 ms apart at each sync
+    point, every ``first`` s until ``change_at`` s, every ``then`` s after."""
+
+    name = "nccl"
+
+    def __init__(self, first: float, then: float, change_at: float) -> None:
+        self.first, self.then, self.change_at = first, then, change_at
+        self.started: float | None = None
+
+    async def run(self, emit: Emit) -> None:
+        clock = MonotonicClock()
+        start = self.started = clock.now()
+        sync = start + 0.05
+        while True:
+            await clock.sleep_until(sync + 0.02)
+            times = sync + 0.004 * np.arange(4)
+            emit(
+                CallBatch(
+                    times=times,
+                    s_bytes=np.full(4, 25e6),
+                    ops={"AllReduce": (4, 100_000_000)},
+                    nranks=8,
+                    processes=frozenset({"host:1"}),
+                )
+            )
+            sync += self.first if sync - start < self.change_at else self.then
+
+
+def test_an_nccl_only_host_re_locks_soon_after_the_step_time_changes() -> None:
+    """No counters: T from the NCCL log alone. 0.25 s steps for 6 s, then 0.33 s: the
+    estimates follow the locked window and the step-change watch (calls merged into trains),
+    so the new T is reported within 12 new steps, not when the old steps leave the ring."""
+    source = NcclTrains(0.25, 0.33, 6.0)
+    store = SnapshotStore()
+    seen: list[tuple[float, float | None]] = []
+    clock = MonotonicClock()
+    pipeline = Pipeline(
+        [source],
+        store,
+        settings=PipelineSettings(hop_s=0.25),
+        on_snapshot=lambda s: seen.append(
+            (clock.now(), s.estimate.period_s if s.estimate is not None else None)
+        ),
+    )
+
+    async def main() -> None:
+        asyncio.get_running_loop().call_later(11.0, pipeline.stop)
+        await pipeline.run()
+
+    asyncio.run(main())
+    assert source.started is not None
+    before = [t for at, t in seen if 4.0 <= at - source.started <= 6.0]
+    assert before
+    assert all(t == pytest.approx(0.25, rel=0.02) for t in before), before
+    after = [(at - source.started, t) for at, t in seen if at - source.started > 6.0]
+    settled = next(
+        (
+            at
+            for i, (at, _) in enumerate(after)
+            if all(t is not None and t == pytest.approx(0.33, rel=0.02) for _, t in after[i:])
+        ),
+        None,
+    )
+    assert settled is not None, after
+    assert (settled - 6.0) / 0.33 <= 12.0, after
 
 
 class StubbornSink:

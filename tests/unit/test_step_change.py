@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from agent.estimate import CollectiveMix, log_grid
 from agent.rates import GridSeries
 from agent.tracker import PeriodTracker, RecentWatch, StepChange, step_change, watch_recent
 
@@ -127,3 +128,45 @@ def test_a_short_window_that_shows_only_the_layer_train_is_no_challenger() -> No
     assert tr.locked == 2.0
     assert tr.challenge(2.5) is None  # a real step change within 2x still counts
     assert tr.challenge(2.52) == pytest.approx(2.52)
+
+
+def _train_mix(starts: list[float], calls: int = 4, spacing: float = 0.008) -> CollectiveMix:
+    """NCCL calls as a DDP step makes them: a train of bucketed all-reduces at each sync."""
+    times = np.array([s + k * spacing for s in starts for k in range(calls)])
+    return CollectiveMix(
+        ops={"AllReduce": (times.size, 0)},
+        nranks=8,
+        call_times=times,
+        call_bytes=np.full(times.size, 25e6),
+        processes=1,
+    )
+
+
+def test_the_nccl_log_alone_shows_a_longer_new_step_once_its_trains_are_merged() -> None:
+    # 1.0 s steps until 20 s, then 1.3 s steps, each a train of 4 calls 8 ms apart. Binned at
+    # T/64 the trains are one burst each and the watch finds the new step; at 1 ms the bins
+    # show single calls, and neither a short-window period nor a run of steps appears.
+    starts = [float(k) for k in range(20)] + [20.15 + 1.3 * k for k in range(5)]
+    now = 26.0
+    whole = _train_mix([s for s in starts if s >= now - 16.0])
+    recent = _train_mix([s for s in starts if s >= now - 4.5])
+    dt = 1.0 / 64
+    watch = watch_recent(
+        log_grid(recent, dt, end=now), 1.0, edges_from=log_grid(whole, dt, end=now)
+    )
+    seen = watch.period_s if watch.period_s is not None else (watch.step and watch.step.period_s)
+    assert seen == pytest.approx(1.3, rel=0.02)
+    fine = watch_recent(
+        log_grid(recent, 1e-3, end=now), 1.0, edges_from=log_grid(whole, 1e-3, end=now)
+    )
+    assert fine.step is None
+    assert fine.period_s is None or not 0.5 <= fine.period_s <= 2.0
+
+
+def test_log_grid_conserves_the_bytes_of_the_calls() -> None:
+    mix = _train_mix([0.3, 1.3, 2.3])
+    grid = log_grid(mix, 0.01, end=5.0)
+    assert grid is not None
+    assert grid.t0 == pytest.approx(0.3)
+    assert grid.duration_s == pytest.approx(4.71, abs=0.011)
+    assert float(np.sum(grid.rate) * grid.dt) == pytest.approx(12 * 25e6)

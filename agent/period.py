@@ -43,6 +43,7 @@ __all__ = [
     "edge_timing",
     "estimate_period",
     "nsdf",
+    "pulse_timing",
 ]
 
 FloatArray = npt.NDArray[np.float64]
@@ -666,6 +667,73 @@ def edge_timing(x: FloatArray, dt: float, period_s: float, *, t0: float = 0.0) -
     return EdgeTiming(t_edges, cv, regular_fraction, bursts_per_period, cycles, rise)
 
 
+def pulse_timing(
+    x: FloatArray, dt: float, period_s: float, *, t0: float = 0.0
+) -> EdgeTiming | None:
+    """Refine a period from bursts shorter than a sample or two, by their centres of mass.
+
+    A burst shorter than the poll interval has no edges to time: it is one or two samples
+    of partial height, which the noise smoothing of :func:`edge_timing` flattens away. Its
+    bytes still say where it was: with counter semantics a burst split over two samples puts
+    its bytes in proportion to its time in each, so the centroid of the baseline-subtracted
+    samples around it times it to a fraction of a sample. One pulse per period is taken: the
+    largest two-sample sum of each half-period block that beats its neighbours, when that
+    pair holds most of the bytes around it (a wide burst does not qualify).
+    """
+    finite = np.isfinite(x)
+    if finite.sum() < 16:
+        return None
+    lo, _ = two_means(x[finite])
+    y = np.where(finite, x - lo, 0.0)
+    period_n = period_s / dt
+    block = max(2, int(period_n / 2))
+    pair = y[:-1] + y[1:]
+    blocks = pair.size // block
+    if blocks < 6:
+        return None
+    grid = pair[: blocks * block].reshape(blocks, block)
+    best = grid.argmax(axis=1) + block * np.arange(blocks)
+    top = pair[best]
+    left = np.concatenate(([-np.inf], top[:-1]))
+    right = np.concatenate((top[1:], [-np.inf]))
+    peaks = np.unique(best[(top >= left) & (top >= right)])
+    expected = max(1, int(x.size / period_n))
+    heights = np.sort(pair[peaks])[::-1][:expected]
+    if heights.size < 3 or heights[-1] <= 0:
+        return None
+    peaks = peaks[pair[peaks] >= 0.5 * median(heights)]
+    # Centroid over the pair and one sample either side; the pulse must hold most of the
+    # bytes within a quarter period around it.
+    csum = np.concatenate(([0.0], np.cumsum(y)))
+    wsum = np.concatenate(([0.0], np.cumsum(y * (np.arange(y.size) + 0.5))))
+    a = np.maximum(peaks - 1, 0)
+    b = np.minimum(peaks + 3, y.size)
+    mass = csum[b] - csum[a]
+    quarter = max(4, int(period_n / 4))
+    hi_w = np.minimum(peaks + 2 + quarter, y.size)
+    lo_w = np.maximum(peaks - quarter, 0)
+    flanks = csum[hi_w] - csum[lo_w] - mass
+    # What the noise alone can put in the flanks (3 σ of their sum).
+    slack = 3.0 * robust_noise(y) * np.sqrt(np.maximum(hi_w - lo_w - (b - a), 1))
+    narrow = (mass > 0) & (flanks <= 0.25 * mass + slack)
+    if int(narrow.sum()) < 0.7 * peaks.size or int(narrow.sum()) < 3:
+        return None
+    centres = t0 + dt * (wsum[b] - wsum[a])[narrow] / mass[narrow]
+    d = np.diff(centres)
+    m = np.maximum(np.round(d / period_s), 1.0)
+    rel = d / (m * period_s)
+    regular = (np.abs(rel - 1.0) <= 0.25) & (m <= 3)
+    regular_fraction = float(regular.mean())
+    bursts_per_period = centres.size / max(x.size / period_n, 1e-12)
+    if not regular.any():
+        return EdgeTiming(period_s, math.inf, 0.0, bursts_per_period, 0, centres)
+    t_pulses = realised_period(centres, m, 0.0)  # one sequence: no second edge to tell jitter
+    single = d[regular] / m[regular]
+    cv = float(np.std(single) / np.mean(single)) if single.size > 1 else 0.0
+    cycles = round((centres[-1] - centres[0]) / t_pulses) if t_pulses > 0 else 0
+    return EdgeTiming(t_pulses, cv, regular_fraction, bursts_per_period, cycles, centres)
+
+
 # --------------------------------------------------------------------------------------------
 # Whole estimate
 
@@ -780,6 +848,10 @@ def estimate_period(
         if period / lv.dt < 8:
             break
         timing = edge_timing(lv.samples, lv.dt, period, t0=t0 + lv.start_s)
+        timing_method = "edges"
+        if timing is None and lv is pyramid[0]:
+            timing = pulse_timing(lv.samples, lv.dt, period, t0=t0 + lv.start_s)
+            timing_method = "pulses"
         if timing is None or not 0.6 <= timing.bursts_per_period <= 1.4:
             continue
         if (
@@ -793,19 +865,19 @@ def estimate_period(
                 z=current.z,
                 comb=current.comb,
                 interval_cv=timing.interval_cv,
-                method="edges",
+                method=timing_method,
                 level=current.level,
                 warnings=("bursts repeat too irregularly to call it a period",),
                 detections=tuple(detections),
             )
         if abs(timing.period_s / period - 1.0) <= 0.05:
             period = timing.period_s
-            method = "edges"
+            method = timing_method
             cv = timing.interval_cv
             rising = timing.rising_s
         break
 
-    if current.cycles < cfg.outer_min_cycles and method != "edges":
+    if current.cycles < cfg.outer_min_cycles and method == "nsdf":
         # Few cycles are enough only when the burst edges confirm about one main burst per
         # period: otherwise a multiple of a period too smeared to be seen can pass for one.
         return PeriodResult(

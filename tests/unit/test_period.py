@@ -12,6 +12,7 @@ from agent.period import (
     build_pyramid,
     estimate_period,
     nsdf,
+    pulse_timing,
     t_quantile_9995,
 )
 from tests.signals import gamma_renewal, periodic_bursts, poisson_bursts, sample_bursts, square_wave
@@ -183,6 +184,22 @@ def test_three_cycles_in_the_window_are_enough_when_the_edges_confirm_them() -> 
         assert r.method == "edges"
         assert r.period_s == pytest.approx(realised, rel=0.01)
     assert found >= 18
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_bursts_shorter_than_a_sample_are_timed_by_their_centres(seed: int) -> None:
+    """0.4-sample bursts (4 ms every 0.2 s at 100 Hz, bench S3): no edges to time, but the
+    bytes' centre of mass places each burst; T within 0.1 % of the realised step (the NSDF
+    alone was ~0.25 % off)."""
+    x, realised = square_wave(0.2, 0.02, 100.0, 6.4, noise=0.05, jitter=0.03, seed=seed)
+    r = estimate_period(x, 0.01)
+    assert r.method == "pulses"
+    assert r.period_s == pytest.approx(realised, rel=1e-3)
+
+
+def test_wide_bursts_are_not_taken_for_pulses() -> None:
+    x, _ = square_wave(0.2, 0.3, 100.0, 6.4, noise=0.02, seed=1)
+    assert pulse_timing(x, 0.01, 0.2) is None
 
 
 def _detection(period: float, cycles: float, level: int = 0) -> LevelDetection:

@@ -47,6 +47,7 @@ __all__ = [
 ]
 
 FloatArray = npt.NDArray[np.float64]
+BoolArray = npt.NDArray[np.bool_]
 
 #: One-sided 0.9995 quantile of Student's t by degrees of freedom (1..30); beyond, the normal.
 _T_9995 = (
@@ -578,6 +579,54 @@ def _confirmed(finer: PyramidLevel, det: LevelDetection, cfg: DetectorSettings) 
 # Edge timing
 
 
+def _step_positions(u: FloatArray, crossings: FloatArray, rising: BoolArray) -> FloatArray:
+    """Least-squares positions of 0 → 1 (or 1 → 0) steps near the given crossings.
+
+    With counter semantics a step at ``e`` (sample ``i`` covers ``[i, i+1)``) leaves one
+    partial sample, ``u_m = m + 1 − e`` for a rise, between plateaus of 0 and 1. For each
+    candidate sample ``m`` within two of the crossing the best ``e`` is read off ``u_m``, and
+    the candidate whose plateaus fit the raw samples best (seven samples around the step)
+    wins: the partial sample alone places the step, where a 50 % crossing of smoothed
+    samples spreads the noise of all the samples the smoothing averaged. Steps with another
+    step within 4.5 samples (short bursts or gaps) keep their crossing.
+    """
+    n = u.size
+    out = crossings.astype(np.float64).copy()
+    if crossings.size == 0:
+        return out
+    k = np.floor(crossings).astype(np.int64)
+    gap_before = np.diff(crossings, prepend=-np.inf)
+    gap_after = np.diff(crossings, append=np.inf)
+    ok = (k >= 0) & (k < n) & (gap_before >= 4.5) & (gap_after >= 4.5)
+    if not ok.any():
+        return out
+    k, up = k[ok], rising[ok]
+    zero = np.concatenate(([0.0], np.cumsum(u**2)))
+    one = np.concatenate(([0.0], np.cumsum((u - 1.0) ** 2)))
+    # The window is cut at the series' ends (a step in the first samples still has its
+    # partial sample); candidates outside it are not candidates.
+    lo_w = np.maximum(k - 3, 0)[:, None]
+    hi_w = np.minimum(k + 4, n)[:, None]  # exclusive
+    raw_m = k[:, None] + np.arange(-2, 3)[None, :]
+    inside = (raw_m >= lo_w) & (raw_m < hi_w)
+    m = np.clip(raw_m, lo_w, hi_w - 1)
+    part = np.clip(u[m], 0.0, 1.0)
+    resid = np.where(inside, (u[m] - part) ** 2, np.inf)
+    # Before the partial sample: plateau 0 for a rise, 1 for a fall; after it, the other.
+    before_0 = zero[m] - zero[lo_w]
+    before_1 = one[m] - one[lo_w]
+    after_0 = zero[hi_w] - zero[m + 1]
+    after_1 = one[hi_w] - one[m + 1]
+    upc = up[:, None]
+    cost = np.where(upc, before_0 + after_1, before_1 + after_0) + resid
+    best = np.argmin(cost, axis=1)
+    rows = np.arange(k.size)
+    mb = m[rows, best]
+    pb = part[rows, best]
+    out[ok] = np.where(up, mb + 1.0 - pb, mb + pb)
+    return out
+
+
 def edge_timing(x: FloatArray, dt: float, period_s: float, *, t0: float = 0.0) -> EdgeTiming | None:
     """Refine a period from the edges of its main bursts.
 
@@ -592,7 +641,7 @@ def edge_timing(x: FloatArray, dt: float, period_s: float, *, t0: float = 0.0) -
     lo, hi = two_means(x)
     if hi - lo <= 0:
         return None
-    u = (x - lo) / (hi - lo)
+    u = raw = (x - lo) / (hi - lo)
     period_n = period_s / dt
     noise = robust_noise(u)
     width = 1
@@ -620,7 +669,16 @@ def edge_timing(x: FloatArray, dt: float, period_s: float, *, t0: float = 0.0) -
     a, b = u[j - 1], u[j]
     same = b == a
     frac = np.where(same, 0.5, (0.5 - a) / np.where(same, 1.0, b - a))
-    times = t0 + (j - 0.5 + frac) * dt
+    position = j - 0.5 + frac
+    high = raw >= 0.5
+    if noise <= 0.3 and high.any() and not high.all():
+        # Beyond that noise the partial sample is lost in it and the smoothed crossing wins.
+        # The plateaus are re-read as medians: 2-means levels lean towards the edge samples,
+        # and a partial sample scaled by them would misplace its step by its own fraction.
+        off, on = median(raw[~high]), median(raw[high])
+        if on > off:
+            position = _step_positions((raw - off) / (on - off), position, rising)
+    times = t0 + dt * position
     first_rise = int(np.argmax(rising)) if rising.any() else rising.size
     rising, times = rising[first_rise:], times[first_rise:]  # a fall needs a rise before it
     rises, falls = times[rising], times[~rising]

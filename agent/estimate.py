@@ -17,7 +17,7 @@ import numpy.typing as npt
 
 from agent.bursts import BurstStats, burst_stats
 from agent.period import DetectorSettings, PeriodResult, estimate_period
-from agent.rates import Direction, GridSeries
+from agent.rates import Direction, GridSeries, spread_slots
 from agent.regime import IDLE_BYTES_PER_S, RegimeFeatures, classify_regime, collective_shares
 from agent.separation import DutySplit, best_signal, gpu_windows, split_duty
 
@@ -316,7 +316,13 @@ def estimate(
     chosen = busier_direction(inputs.network) if inputs.network else None
     if chosen is not None:
         direction, full_grid = chosen
-        period = estimate_period(full_grid.rate, full_grid.dt, t0=full_grid.t0, settings=cfg)
+        period = estimate_period(
+            full_grid.rate,
+            full_grid.dt,
+            t0=full_grid.t0,
+            settings=cfg,
+            untimed=spread_slots(full_grid),
+        )
         period_source = inputs.network_source
         grid = whole_periods(full_grid, period)
         bursts = burst_stats(grid.rate, grid.dt, period.period_s, polls=grid.polls, t0=grid.t0)

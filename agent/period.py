@@ -693,6 +693,14 @@ def edge_timing(x: FloatArray, dt: float, period_s: float, *, t0: float = 0.0) -
     expected = max(1, int((x.size * dt) / period_s))
     top = np.sort(mass)[::-1][:expected]
     main = mass >= 0.5 * median(top)
+    if not finite.all():
+        # A burst with unknown samples next to an edge (lost polls, a gap) has that edge
+        # where the fill met the traffic, not where the traffic changed: it is left out, and
+        # the intervals around it count the cycles it spanned.
+        unknown = np.concatenate(([0], np.cumsum(~finite)))
+        lo_i = np.clip(start - 3, 0, x.size)
+        hi_i = np.clip(end + 4, 0, x.size)
+        main &= unknown[hi_i] == unknown[lo_i]
     rise, fall = rise[main], fall[main]
     if rise.size < 3:
         return None
@@ -881,6 +889,7 @@ def estimate_period(
     min_period_s: float | None = None,
     max_period_s: float | None = None,
     settings: DetectorSettings | None = None,
+    untimed: BoolArray | None = None,
 ) -> PeriodResult:
     """Estimate the sync period of a uniformly sampled rate series.
 
@@ -891,6 +900,8 @@ def estimate_period(
         min_period_s: shortest period to look for (default: 4 samples).
         max_period_s: longest period to look for (default: a third of the series).
         settings: detector thresholds.
+        untimed: slots whose bytes are known but not when within them they moved (spread
+            over a long poll interval): no burst edge is timed next to them.
     """
     cfg = settings or DetectorSettings()
     x = np.asarray(rate, dtype=np.float64)
@@ -954,10 +965,13 @@ def estimate_period(
     for lv in pyramid:
         if period / lv.dt < 8:
             break
-        timing = edge_timing(lv.samples, lv.dt, period, t0=t0 + lv.start_s)
+        samples = lv.samples
+        if untimed is not None and lv is pyramid[0] and untimed.size == samples.size:
+            samples = np.where(untimed, np.nan, samples)
+        timing = edge_timing(samples, lv.dt, period, t0=t0 + lv.start_s)
         timing_method = "edges"
         if timing is None and lv is pyramid[0]:
-            timing = pulse_timing(lv.samples, lv.dt, period, t0=t0 + lv.start_s)
+            timing = pulse_timing(samples, lv.dt, period, t0=t0 + lv.start_s)
             timing_method = "pulses"
         if timing is None or not 0.6 <= timing.bursts_per_period <= 1.4:
             continue

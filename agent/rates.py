@@ -305,6 +305,30 @@ def grid_from_cumulative(
     return GridSeries(t0=t0, dt=dt, rate=rate, valid=valid, resets=resets, wraps=wraps, polls=polls)
 
 
+def spread_slots(grid: GridSeries, *, longer_than: float = 5.0) -> BoolArray | None:
+    """Slots that overlap a poll interval longer than ``longer_than`` grid steps.
+
+    Their rate is the interval's mean spread evenly (a lost poll, a stalled sampler): the
+    bytes are right, but an edge inside such an interval has no time. None when the grid has
+    no polls or no long interval.
+    """
+    polls = grid.polls
+    if polls is None or polls.times.size < 2:
+        return None
+    spans = np.diff(polls.times)
+    long_ = spans > longer_than * grid.dt
+    if not long_.any():
+        return None
+    n = grid.rate.size
+    first = np.clip(np.floor((polls.times[:-1][long_] - grid.t0) / grid.dt).astype(np.int64), 0, n)
+    last = np.clip(np.ceil((polls.times[1:][long_] - grid.t0) / grid.dt).astype(np.int64), 0, n)
+    marks = np.zeros(n + 1, dtype=np.int64)
+    np.add.at(marks, first, 1)
+    np.add.at(marks, last, -1)
+    out: BoolArray = np.cumsum(marks[:-1]) > 0
+    return out
+
+
 def _column_on_base(
     times: FloatArray,
     values: npt.NDArray[np.uint64],
@@ -361,4 +385,10 @@ def direction_grids(
     return out
 
 
-__all__ += ["MAX_SPREAD_INTERVALS", "PollIntervals", "direction_grids", "stale_reads"]
+__all__ += [
+    "MAX_SPREAD_INTERVALS",
+    "PollIntervals",
+    "direction_grids",
+    "spread_slots",
+    "stale_reads",
+]

@@ -842,6 +842,29 @@ def _without_few_cycle_multiples(
     return keep
 
 
+def _rejected(
+    current: LevelDetection,
+    detections: list[LevelDetection],
+    reason: str,
+    *,
+    interval_cv: float | None = None,
+    method: str = "none",
+) -> PeriodResult:
+    """No period, with the candidate that was turned down and why."""
+    return PeriodResult(
+        None,
+        0.0,
+        cycles=current.cycles,
+        z=current.z,
+        comb=current.comb,
+        interval_cv=interval_cv,
+        method=method,
+        level=current.level,
+        warnings=(reason,),
+        detections=tuple(detections),
+    )
+
+
 def _confirmed_by_edges(
     detections: list[LevelDetection],
     pyramid: list[PyramidLevel],
@@ -979,17 +1002,12 @@ def estimate_period(
             timing.regular_fraction < cfg.min_regular_fraction
             or timing.interval_cv > cfg.max_interval_cv
         ):
-            return PeriodResult(
-                None,
-                0.0,
-                cycles=current.cycles,
-                z=current.z,
-                comb=current.comb,
+            return _rejected(
+                current,
+                detections,
+                "bursts repeat too irregularly to call it a period",
                 interval_cv=timing.interval_cv,
                 method=timing_method,
-                level=current.level,
-                warnings=("bursts repeat too irregularly to call it a period",),
-                detections=tuple(detections),
             )
         if abs(timing.period_s / period - 1.0) <= 0.05:
             period = timing.period_s
@@ -1001,18 +1019,11 @@ def estimate_period(
     if current.cycles < cfg.outer_min_cycles and method == "nsdf":
         # Few cycles are enough only when the burst edges confirm about one main burst per
         # period: otherwise a multiple of a period too smeared to be seen can pass for one.
-        return PeriodResult(
-            None,
-            0.0,
-            cycles=current.cycles,
-            z=current.z,
-            comb=current.comb,
-            level=current.level,
-            warnings=(
-                f"only {current.cycles:.1f} cycles in the window and no regular burst edges "
-                "to confirm them",
-            ),
-            detections=tuple(detections),
+        return _rejected(
+            current,
+            detections,
+            f"only {current.cycles:.1f} cycles in the window and no regular burst edges to "
+            "confirm them",
         )
 
     # Confidence from the clearest level that sees the same period (the finest one can be

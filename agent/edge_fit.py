@@ -65,15 +65,18 @@ def edge_noise_ratio(
     count = int(unit.sum())
     if count < MIN_INTERVALS:
         return 0.0
-    dev_r = np.where(unit, d_r[:n] - period_s, 0.0)
-    dev_f = np.where(unit, d_f[:n] - period_s, 0.0)
+    dev_r = d_r[:n] - period_s
+    dev_f = d_f[:n] - period_s
     # Which step moves a burst's fall depends on where in the step the burst sits (a burst at
     # the sync point shares its step with its rise; a layer train that fills the step ends with
     # the next one): the shared jitter is the sum of the cross-covariances at lags -1, 0, +1.
     cov = 0.0
     var_of_cov = 0.0
-    for a, b in ((dev_r, dev_f), (dev_r[1:], dev_f[:-1]), (dev_r[:-1], dev_f[1:])):
-        both = (a != 0.0) & (b != 0.0)
+    for a, b, both in (
+        (dev_r, dev_f, unit),
+        (dev_r[1:], dev_f[:-1], unit[1:] & unit[:-1]),
+        (dev_r[:-1], dev_f[1:], unit[:-1] & unit[1:]),
+    ):
         if int(both.sum()) < 3:
             continue
         products = (a * b)[both]

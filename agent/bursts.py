@@ -162,8 +162,8 @@ def burst_stats(
     if width == 1 and polls is not None:
         on_r, on_w, off_r, off_w = poll_cores(polls, lo, contrast, t0, t0 + x.size * dt, dt)
         resolved = on_r.size >= MIN_CORE_SAMPLES
-        core_on = float(np.dot(on_r, on_w) / on_w.sum()) if resolved else None
-        off_level = float(np.dot(off_r, off_w) / off_w.sum()) if off_r.size else lo
+        core_on = float(np.einsum("i,i->", on_r, on_w) / on_w.sum()) if resolved else None
+        off_level = float(np.einsum("i,i->", off_r, off_w) / off_w.sum()) if off_r.size else lo
     else:
         radius = width // 2 + 1
         on_core = erode(on, radius)

@@ -144,4 +144,4 @@ def realised_period(edges: FloatArray, cycles: FloatArray, ratio: float) -> floa
     if ratio <= 0.0 or intervals.size < 2:
         return float(intervals.sum() / cycles.sum())
     w = _weights(cycles, ratio)
-    return float(np.dot(w, intervals) / np.dot(w, cycles))
+    return float(np.einsum("i,i->", w, intervals) / np.einsum("i,i->", w, cycles))

@@ -341,7 +341,7 @@ def _prepare(x: FloatArray) -> _Level | None:
     x = np.where(np.isfinite(x), x, np.nan)
     mean = float(np.nanmean(x)) if np.isfinite(x).any() else 0.0
     x = np.nan_to_num(x - mean, nan=0.0)
-    if float(np.dot(x, x)) <= 1e-300 * max(1, x.size):
+    if float(np.einsum("i,i->", x, x)) <= 1e-300 * max(1, x.size):
         return None
     nfft = _fft_size(x.size)
     win = np.hanning(x.size)
@@ -775,19 +775,23 @@ def pulse_timing(
     if heights.size < 3 or heights[-1] <= 0:
         return None
     peaks = peaks[pair[peaks] >= 0.5 * median(heights)]
-    # Centroid over the pair and one sample either side; the pulse must hold most of the
-    # bytes within a quarter period around it.
+    # Centroid over the pair, and over a neighbour only where it holds bytes beyond the
+    # noise (a pulse wider than a sample): a sample of noise alone at one sample from the
+    # pair would move the centroid by more than the pulse's own sampling error.
+    noise = robust_noise(y)
     csum = np.concatenate(([0.0], np.cumsum(y)))
     wsum = np.concatenate(([0.0], np.cumsum(y * (np.arange(y.size) + 0.5))))
-    a = np.maximum(peaks - 1, 0)
-    b = np.minimum(peaks + 3, y.size)
+    before = np.maximum(peaks - 1, 0)
+    after = np.minimum(peaks + 2, y.size - 1)
+    a = np.where(y[before] > 3.0 * noise, before, peaks)
+    b = np.where(y[after] > 3.0 * noise, after + 1, peaks + 2)
     mass = csum[b] - csum[a]
     quarter = max(4, int(period_n / 4))
     hi_w = np.minimum(peaks + 2 + quarter, y.size)
     lo_w = np.maximum(peaks - quarter, 0)
     flanks = csum[hi_w] - csum[lo_w] - mass
     # What the noise alone can put in the flanks (3 σ of their sum).
-    slack = 3.0 * robust_noise(y) * np.sqrt(np.maximum(hi_w - lo_w - (b - a), 1))
+    slack = 3.0 * noise * np.sqrt(np.maximum(hi_w - lo_w - (b - a), 1))
     narrow = (mass > 0) & (flanks <= 0.25 * mass + slack)
     if int(narrow.sum()) < 0.7 * peaks.size or int(narrow.sum()) < 3:
         return None

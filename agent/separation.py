@@ -193,8 +193,8 @@ def split_duty(
     return DutySplit(
         signal=signal,
         distinguishing=True,
-        exposed=float(np.dot(exposed, weight) / total),
-        overlapped=float(np.dot(np.clip(n - exposed, 0.0, None), weight) / total),
-        compute_fraction=float(np.dot(c, weight) / total),
+        exposed=float(np.einsum("i,i->", exposed, weight) / total),
+        overlapped=float(np.einsum("i,i->", np.clip(n - exposed, 0.0, None), weight) / total),
+        compute_fraction=float(np.einsum("i,i->", c, weight) / total),
         gpu_interval_s=interval,
     )

@@ -1256,7 +1256,8 @@ class LiveDecoder:
             if width > 22:  # the fraction: bytes 21 to width - 3
                 digits = np.frombuffer(raw, np.uint8).reshape(-1, width)[:, 21:-2]
                 weights = 10.0 ** np.arange(width - 24, -1, -1)
-                value = digits.astype(np.float64) @ weights - ord("0") * weights.sum()
+                value = np.einsum("ij,j->i", digits.astype(np.float64), weights)
+                value -= ord("0") * weights.sum()
                 row_stamps += value / _POW10[width - 23]
             stamps[rows] = row_stamps
         return stamps, ok

@@ -290,15 +290,7 @@ def grid_from_cumulative(
     valid = np.ones(n, dtype=np.bool_)
     if bad.any():
         # A slot is invalid when it overlaps a bad interval [times[i], times[i+1]].
-        starts = times[:-1][bad]
-        ends = times[1:][bad]
-        # A relative tolerance keeps float noise in the read times from tainting a neighbour.
-        first = np.clip(np.floor((starts - t0) / dt + 1e-6).astype(np.int64), 0, n)
-        last = np.clip(np.ceil((ends - t0) / dt - 1e-6).astype(np.int64), 0, n)
-        marks = np.zeros(n + 1, dtype=np.int64)
-        np.add.at(marks, first, 1)
-        np.add.at(marks, last, -1)
-        valid &= np.cumsum(marks[:-1]) == 0
+        valid &= ~_overlapping(times[:-1][bad], times[1:][bad], t0, dt, n)
     valid &= edges[:-1] >= float(times[0]) - 1e-9
     rate = np.where(valid, rate, np.nan)
     polls = PollIntervals(times, np.where(bad, np.nan, clean / np.where(bad, 1.0, spans)))
@@ -308,8 +300,8 @@ def grid_from_cumulative(
 def spread_slots(grid: GridSeries, *, longer_than: float = 5.0) -> BoolArray | None:
     """Slots that overlap a poll interval longer than ``longer_than`` grid steps.
 
-    Their rate is the interval's mean spread evenly (a lost poll, a stalled sampler): the
-    bytes are right, but an edge inside such an interval has no time. None when the grid has
+    Their rate is the interval's mean spread evenly (a stalled sampler, a run of lost polls):
+    the bytes are right, but an edge inside such an interval has no time. None when the grid has
     no polls or no long interval.
     """
     polls = grid.polls
@@ -319,9 +311,16 @@ def spread_slots(grid: GridSeries, *, longer_than: float = 5.0) -> BoolArray | N
     long_ = spans > longer_than * grid.dt
     if not long_.any():
         return None
-    n = grid.rate.size
-    first = np.clip(np.floor((polls.times[:-1][long_] - grid.t0) / grid.dt).astype(np.int64), 0, n)
-    last = np.clip(np.ceil((polls.times[1:][long_] - grid.t0) / grid.dt).astype(np.int64), 0, n)
+    return _overlapping(
+        polls.times[:-1][long_], polls.times[1:][long_], grid.t0, grid.dt, grid.rate.size
+    )
+
+
+def _overlapping(starts: FloatArray, ends: FloatArray, t0: float, dt: float, n: int) -> BoolArray:
+    """Which of ``n`` slots of ``dt`` from ``t0`` overlap any interval ``[starts, ends]``."""
+    # A relative tolerance keeps float noise in the read times from tainting a neighbour.
+    first = np.clip(np.floor((starts - t0) / dt + 1e-6).astype(np.int64), 0, n)
+    last = np.clip(np.ceil((ends - t0) / dt - 1e-6).astype(np.int64), 0, n)
     marks = np.zeros(n + 1, dtype=np.int64)
     np.add.at(marks, first, 1)
     np.add.at(marks, last, -1)

@@ -797,14 +797,18 @@ def pulse_timing(
         return None
     centres = t0 + dt * (wsum[b] - wsum[a])[narrow] / mass[narrow]
     d = np.diff(centres)
-    m = np.maximum(np.round(d / period_s), 1.0)
-    rel = d / (m * period_s)
-    regular = (np.abs(rel - 1.0) <= 0.25) & (m <= 3)
+    # Cycles per interval may be 0: a stray pulse inside a step splits it in two intervals
+    # that must still count one cycle between them, or T comes out short by a step's share.
+    m = np.round(d / period_s)
+    counted = m >= 1
+    rel = d / (np.maximum(m, 1.0) * period_s)
+    regular = counted & (np.abs(rel - 1.0) <= 0.25) & (m <= 3)
     regular_fraction = float(regular.mean())
     bursts_per_period = centres.size / max(x.size / period_n, 1e-12)
-    if not regular.any():
+    if not regular.any() or m.sum() < 2:
         return EdgeTiming(period_s, math.inf, 0.0, bursts_per_period, 0, centres)
-    t_pulses = realised_period(centres, m, 0.0)  # one sequence: no second edge to tell jitter
+    # One sequence: no second edge to tell jitter from timing error, so the span.
+    t_pulses = float((centres[-1] - centres[0]) / m.sum())
     single = d[regular] / m[regular]
     cv = float(np.std(single) / np.mean(single)) if single.size > 1 else 0.0
     cycles = round((centres[-1] - centres[0]) / t_pulses) if t_pulses > 0 else 0

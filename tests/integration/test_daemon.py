@@ -226,7 +226,14 @@ def test_run_converges_streams_survives_broker_restart_reload_and_stops(
         _wait(lambda: len(sub.since(0, est_topic)) >= 3, 20, "MQTT estimates")
         body = json.loads(sub.since(0, est_topic)[-1])
         assert body["host"] == "testhost"
-        assert approx(body["period_s"], PERIOD, 0.02)
+        # A few seconds after the lock the window holds only a few steps, and on a loaded
+        # machine the job's own timing moves T by a percent or two from one hop to the next:
+        # the stream must carry T within 2 % once the window has filled.
+        _wait(
+            lambda: approx(json.loads(sub.since(0, est_topic)[-1])["period_s"], PERIOD, 0.02),
+            20,
+            "T within 2 % in the MQTT stream",
+        )
         # The window's regime parameters ride along: one burst per step, regular as a clock
         # (a verdict needs 8 gaps between bursts in the window: a few seconds more).
         _wait(

@@ -811,8 +811,7 @@ def pulse_timing(
     t_pulses = float((centres[-1] - centres[0]) / m.sum())
     single = d[regular] / m[regular]
     cv = float(np.std(single) / np.mean(single)) if single.size > 1 else 0.0
-    cycles = round((centres[-1] - centres[0]) / t_pulses) if t_pulses > 0 else 0
-    return EdgeTiming(t_pulses, cv, regular_fraction, bursts_per_period, cycles, centres)
+    return EdgeTiming(t_pulses, cv, regular_fraction, bursts_per_period, int(m.sum()), centres)
 
 
 # --------------------------------------------------------------------------------------------

@@ -26,11 +26,15 @@ import os
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
+from os import pread
 from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
 
 from agent.clock import Clock
 from agent.errors import SourceUnavailable
-from collectors._base import CounterReading, DeviceInfo, Emit, Reading
+from collectors._base import CounterBatch, CounterReading, DeviceInfo, Emit, Reading
 from collectors._config import check_interval, check_regex, doc
 from collectors._sampler import Sampler
 from collectors._sysfs import parse_sysfs_int, read_attr
@@ -258,12 +262,15 @@ class RdmaPortReader:
     def read_data_into(self, values: dict[str, int]) -> None:
         """(tx bytes, rx bytes) stored under the port's column names, unreadable ones left out.
 
-        The sweep's fast path (no tuples, no formatting). Raises ``OSError`` when the device
-        went away, and then stores nothing.
+        Raises ``OSError`` when the device went away, and then stores nothing.
         """
         fds = self._fds
         raw_tx = os.pread(fds[0], 32, 0) if fds[0] >= 0 else b""
         raw_rx = os.pread(fds[1], 32, 0) if fds[1] >= 0 else b""
+        self.decode_data_into(values, raw_tx, raw_rx)
+
+    def decode_data_into(self, values: dict[str, int], raw_tx: bytes, raw_rx: bytes) -> None:
+        """Store what the data counter files read as bytes: neither "N/A" nor saturated."""
         extended = self.port.extended
         try:
             tx = int(raw_tx)
@@ -279,6 +286,13 @@ class RdmaPortReader:
         else:
             if extended or rx != SATURATED_32:
                 values[self.rx_column] = rx * DATA_WORD_BYTES
+
+    @property
+    def data_files(self) -> list[tuple[int, str]]:
+        """(descriptor, column) of the data counters this port has, tx before rx."""
+        fds = self._fds
+        return [(fd, col) for fd, col in ((fds[0], self.tx_column), (fds[1], self.rx_column))
+                if fd >= 0]  # fmt: skip
 
     def read_packets(self) -> tuple[int | None, int | None]:
         """(tx packets, rx packets); None where unreadable or saturated."""
@@ -395,6 +409,14 @@ class _RdmaSweeper:
         self._next_scan = now + cfg.rescan_interval_s
         self._slow: dict[str, dict[str, int]] = {}
         self._stale: dict[str, frozenset[str]] = {}
+        # Polls kept undecoded until the next drain (see sweep), with the slow counters that
+        # came with some of them, by poll index.
+        self._times: list[float] = []
+        self._rows: list[list[bytes]] = []
+        self._marks: list[tuple[int, dict[str, dict[str, int]]]] = []
+        self._index()
+        self._now = clock.now
+        self._next_event = now  # the first poll goes out at once, with the device infos
 
     def _open(self) -> tuple[list[RdmaPortReader], dict[str, DeviceInfo]]:
         ports = discover_ports(self._cfg.sysfs_root)
@@ -428,35 +450,124 @@ class _RdmaSweeper:
                 out.append(_with_stale(self.infos[name], stuck))
         self._slow = slow
 
+    def _index(self) -> None:
+        """The hot path's flat view of the readers' data descriptors (after every (re)open)."""
+        files = [(fd, col, r) for r in self.readers for fd, col in r.data_files]
+        self._fds = [fd for fd, _, _ in files]
+        self._columns = tuple(col for _, col, _ in files)
+        self._narrow = np.array([not r.port.extended for _, _, r in files], dtype=bool)
+
     def sweep(self) -> list[Reading]:
-        """One poll of every port's data counters (other counters once a second)."""
-        out, self._pending = self._pending, []
-        now = self._clock.now
+        """One poll of every port's data counters (other counters once a second).
+
+        The poll is kept as raw bytes until :meth:`drain`, unless something else must go out
+        with it (a device change, a port that went away): then what is kept goes first, and
+        this poll is decoded at once, so that every reading keeps its place.
+        """
+        now = self._now
         before = now()
-        values: dict[str, int] = {}
-        lost: list[RdmaPortReader] = []
-        for r in self.readers:
-            try:
-                r.read_data_into(values)
-            except OSError:
-                lost.append(r)
+        try:
+            raw: list[bytes] | None = [pread(fd, 32, 0) for fd in self._fds]
+        except OSError:  # a port went away: the per-port read below finds which
+            raw = None
         t = 0.5 * (before + now())
+        if raw is not None and t < self._next_event:  # the hot path: nothing else is due
+            self._times.append(t)
+            self._rows.append(raw)
+            return []
+        return self._sweep_slow(t, raw)
+
+    def _sweep_slow(self, t: float, raw: list[bytes] | None) -> list[Reading]:
+        """A poll that comes with more: device infos, slow counters, a rescan, a lost port."""
+        out, self._pending = self._pending, []
         counters: dict[str, dict[str, int]] = {}
         if t >= self._next_slow:
             self._next_slow = t + self._hw_every
             self._read_slow(out)
             counters = self._slow
-        out.append(CounterReading(t, values, counters))
-        if lost or t >= self._next_scan:
-            self._next_scan = t + self._cfg.rescan_interval_s
-            self._rescan(out, lost)
+        rescan = t >= self._next_scan
+        if raw is not None and not out and not rescan:
+            if counters:
+                self._marks.append((len(self._rows), counters))
+            self._times.append(t)
+            self._rows.append(raw)
+        else:
+            values: dict[str, int] = {}
+            lost: list[RdmaPortReader] = []
+            if raw is None:
+                for r in self.readers:
+                    try:
+                        r.read_data_into(values)
+                    except OSError:
+                        lost.append(r)
+            else:
+                self._decode_row(raw, values)
+            out = self.drain() + out
+            out.append(CounterReading(t, values, counters))
+            if lost or rescan:
+                self._next_scan = t + self._cfg.rescan_interval_s
+                self._rescan(out, lost)
+        self._next_event = min(self._next_slow, self._next_scan)
         return out
+
+    def _decode_row(self, raw: list[bytes], values: dict[str, int]) -> None:
+        it = iter(raw)
+        for r in self.readers:
+            files = r.data_files
+            pair = [next(it) for _ in files] + [b""] * (2 - len(files))
+            if len(files) == 1 and files[0][1] == r.rx_column:
+                pair.reverse()
+            r.decode_data_into(values, pair[0], pair[1])
+
+    def drain(self) -> list[Reading]:
+        """The polls kept since the last drain, decoded: one batch when every value is clean.
+
+        A value that is not a number ("N/A (no PMA)") or a saturated 32-bit counter leaves
+        that poll's column out (a gap), as a poll decoded on its own would.
+        """
+        rows, times, marks = self._rows, self._times, self._marks
+        if not rows:
+            return []
+        self._rows, self._times, self._marks = [], [], []
+        try:
+            words = np.array([list(map(int, row)) for row in rows], dtype=np.uint64)
+        except (ValueError, OverflowError):
+            words = None
+        keep: npt.NDArray[np.bool_] | None = None
+        if words is not None and len(rows) > 1 and words.shape[1:] == (len(self._columns),):
+            # A 32-bit counter saturated all along is one gap column; one that saturates
+            # within these polls is a gap in some of them only: decoded poll by poll.
+            saturated = (words == SATURATED_32) & self._narrow
+            stuck = saturated.all(axis=0)
+            if not bool((saturated.any(axis=0) & ~stuck).any()):
+                keep = ~stuck
+        if words is None or keep is None or int(words.max(initial=0)) >= 1 << 62:  # × 4 > 64 bits
+            marked = dict(marks)
+            out: list[Reading] = []
+            for i, (t, row) in enumerate(zip(times, rows, strict=True)):
+                values: dict[str, int] = {}
+                self._decode_row(row, values)
+                out.append(CounterReading(t, values, marked.get(i, {})))
+            return out
+        columns = self._columns
+        if not bool(keep.all()):
+            words = words[:, keep]
+            columns = tuple(c for c, k in zip(columns, keep.tolist(), strict=True) if k)
+        return [
+            CounterBatch(
+                times=np.array(times, dtype=np.float64),
+                columns=columns,
+                values=words * np.uint64(DATA_WORD_BYTES),
+                counters=tuple(marks),
+            )
+        ]
 
     def _rescan(self, out: list[Reading], lost: list[RdmaPortReader]) -> None:
         out.extend(DeviceInfo(device=r.port.name, kind="rdma", skipped="vanished") for r in lost)
         for r in self.readers:
             r.close()
         self.readers, infos = self._open()
+        self._index()
         out.extend(info for name, info in infos.items() if self.infos.get(name) != info)
         gone = set(self.infos) - set(infos) - {r.port.name for r in lost}
         out.extend(DeviceInfo(device=n, kind="rdma", skipped="vanished") for n in sorted(gone))
@@ -489,6 +600,7 @@ class RdmaCounters:
             sweeper.sweep,
             emit,
             close=sweeper.close,
+            drain=sweeper.drain,
         )
 
 

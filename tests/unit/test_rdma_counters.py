@@ -6,17 +6,19 @@ import asyncio
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from agent.clock import FakeClock
 from agent.errors import ConfigError, SourceUnavailable
-from collectors._base import CounterReading, DeviceInfo, Reading
+from collectors._base import CounterBatch, CounterReading, DeviceInfo, Reading
 from collectors._sysfs import parse_sysfs_int
 from collectors.rdma_counters import (
     SATURATED_32,
     RdmaConfig,
     RdmaCounters,
     RdmaPortReader,
+    _RdmaSweeper,
     discover_ports,
     parse_rate,
     parse_state,
@@ -177,3 +179,91 @@ def test_config_errors() -> None:
 
 def test_saturation_constant() -> None:
     assert SATURATED_32 == 4294967295
+
+
+# --------------------------------------------------------------------------------------------
+# The sampling thread's sweeper: polls kept as raw bytes, decoded ten at a time
+
+
+def _narrow_rcv(root: Path) -> Path:
+    """mlx4_0 port 2's 32-bit rcv counter (the fixture's port without extended counters)."""
+    port = (root / "class" / "infiniband" / "mlx4_0").resolve() / "ports" / "2"
+    return port / "counters" / "port_rcv_data"
+
+
+def _sweeper(tmp_path: Path, **kw: float) -> tuple[_RdmaSweeper, FakeClock, Path]:
+    root = tmp_path / "sys"
+    shutil.copytree(FIXTURE, root, symlinks=True)
+    clock = FakeClock()
+    sweeper = _RdmaSweeper(RdmaConfig(sysfs_root=root, **kw), clock, "rdma_counters")
+    return sweeper, clock, root
+
+
+def _polls(
+    sweeper: _RdmaSweeper, clock: FakeClock, words: list[bytes], path: Path
+) -> list[Reading]:
+    """One sweep per value written to ``path`` (10 ms apart), then the drain."""
+    out: list[Reading] = []
+    for w in words:
+        path.write_bytes(w)
+        clock.advance(0.01)
+        out += sweeper.sweep()
+    return out + sweeper.drain()
+
+
+def test_kept_polls_come_out_as_one_batch_equal_to_polls_decoded_one_by_one(
+    tmp_path: Path,
+) -> None:
+    sweeper, clock, root = _sweeper(tmp_path)
+    sweeper.sweep()  # discovery: the device infos go out with the first poll
+    counts = [b"%d\n" % (1000 + 7 * i) for i in range(10)]
+    out = _polls(sweeper, clock, counts, _narrow_rcv(root))
+    assert len(out) == 1  # one queue item a hand-over
+    assert isinstance(out[0], CounterBatch)
+    batch = out[0]
+    assert np.allclose(np.diff(batch.times), 0.01)
+    polls_ = list(batch.readings())
+    assert [p.values["mlx4_0:2_rx_bytes"] for p in polls_] == [
+        4 * (1000 + 7 * i) for i in range(10)
+    ]
+    # The saturated 32-bit tx counter is a gap in every poll, as a poll decoded alone has it.
+    assert all("mlx4_0:2_tx_bytes" not in p.values for p in polls_)
+    assert polls_[0].values["mlx5_0:1_tx_bytes"] == 10_000_000_000_000
+
+
+def test_a_counter_saturating_or_unreadable_within_the_batch_is_a_gap_in_those_polls_only(
+    tmp_path: Path,
+) -> None:
+    sweeper, clock, root = _sweeper(tmp_path)
+    sweeper.sweep()
+    words = [b"100\n", b"200\n", b"4294967295\n", b"N/A (no PMA)\n", b"500\n"]
+    out = unbatched(_polls(sweeper, clock, words, _narrow_rcv(root)))
+    got = [r.values.get("mlx4_0:2_rx_bytes") for r in out if isinstance(r, CounterReading)]
+    assert got == [400, 800, None, None, 2000]
+    assert all(r.values["mlx5_1:1_rx_bytes"] > 0 for r in out if isinstance(r, CounterReading))
+
+
+def test_readings_keep_their_order_when_a_device_change_comes_between_kept_polls(
+    tmp_path: Path,
+) -> None:
+    sweeper, clock, root = _sweeper(tmp_path, hw_counters_interval_s=0.05)
+    sweeper.sweep()
+    narrow = _narrow_rcv(root)
+    out = _polls(sweeper, clock, [b"1\n", b"2\n", b"3\n"], narrow)
+    # The tx counter comes unstuck: the next slow read reports the change (a DeviceInfo).
+    (narrow.parent / "port_xmit_data").write_bytes(b"77\n")
+    out += _polls(sweeper, clock, [b"4\n", b"5\n", b"6\n", b"7\n"], narrow)
+    flat = unbatched(out)
+    kinds = [type(r).__name__ for r in flat]
+    info = kinds.index("DeviceInfo")
+    changed = flat[info]
+    assert isinstance(changed, DeviceInfo)
+    assert changed.device == "mlx4_0:2"
+    assert "port_xmit_data" not in changed.stale_counters
+    rx = [r.values["mlx4_0:2_rx_bytes"] for r in flat if isinstance(r, CounterReading)]
+    assert rx == [4 * k for k in range(1, 8)]  # every poll, in order, none twice
+    after = [r for r in flat[info + 1 :] if isinstance(r, CounterReading)]
+    assert after[0].values["mlx4_0:2_tx_bytes"] == 4 * 77  # the poll that saw the change
+    polls_ = [r for r in flat if isinstance(r, CounterReading)]
+    assert all("mlx4_0:2_tx_bytes" not in r.values for r in polls_[:3])  # still stuck then
+    assert all(r.values["mlx4_0:2_tx_bytes"] == 4 * 77 for r in polls_[3:])

@@ -120,9 +120,27 @@ def _rx(pattern: str) -> re.Pattern[str]:
 _PTR = r"\(nil\)|0x[0-9a-f]+"  # glibc %p: "0x" + lower-case hex, "(nil)" for NULL
 
 # NCCL's timestamp (2.26.2+, NCCL_DEBUG_TIMESTAMP_FORMAT default "[%F %T] ", with "%Nf" for
-# N = 1..9 fractional digits, src/debug.cc @ v2.26.2-1). Other strftime formats are not decoded:
-# the prefix below is still found, the line just gets no timestamp.
-_TS = r"(?:\[(?P<ts>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?)\] )?"
+# N = 1..9 fractional digits, src/debug.cc @ v2.26.2-1), also without its brackets (a custom
+# format such as "%F %T.%6f ") and in the RFC 3339 form that `kubectl logs --timestamps` and
+# `docker logs -t` put before each line ("2025-07-17T13:14:16.123456789Z "). A zone designator
+# is skipped: NCCL prints local time without one, and periods do not see a constant offset.
+# Other strftime formats are not decoded: the prefix is still found, the line just gets no time.
+_TS_SECOND = r"\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d"
+_TS_ZONE = r"(?:Z|[+-]\d\d:?\d\d)?"
+_TS = r"(?:\[?(?P<ts>" + _TS_SECOND + r"(?:[.,]\d+)?)" + _TS_ZONE + r"\]? )?"
+# The same with the second and its fraction as two unnamed groups (the fast paths).
+_TS_FAST = r"(?:\[?(" + _TS_SECOND + r")(?:[.,](\d+))?" + _TS_ZONE + r"\]? )?"
+# Such a timestamp at the very start of a line, with a launcher tag between it and NCCL's
+# prefix ("2025-07-17T13:14:16.1Z [rank0]:host:..."): the record's time when it has no other.
+_LEAD_TS_RE: Final = _rx(r"\[?(" + _TS_SECOND + r"(?:[.,]\d{1,9})?)" + _TS_ZONE + r"\]?[ \t]")
+# Terminal colour and other CSI sequences (a coloured launcher tag or level): removed first.
+_ANSI_RE: Final = _rx(r"\x1b\[[0-?]*[ -/]*[@-~]")
+# What a glued neighbour's tail adds to the front of a host when no blank comes before the
+# next record: a pointer or a float (a host, gethostname() cut at the first '.', holds
+# neither), or the last word of an Init line.
+_GLUED_HEAD_RE: Final = _rx(
+    r"(?:0x[0-9a-fA-F]+|[0-9]*\.[0-9]+)(?=[A-Za-z])|(?:COMPLETE|START)(?=[A-Za-z0-9])"
+)
 
 # "%s:%d:%d [%d] " host:pid:tid [cudaDev] (src/debug.cc). The host is gethostname() cut at the
 # first '.', so it has no '.', ':' or blanks. The look-behind makes a host start at a token
@@ -142,12 +160,14 @@ _PREFIX_RE: Final = _rx(
 )
 
 # The COLL message, 2.3.7 → master: "%s: opCount %lx sendbuff %p recvbuff %p count %zi
-# datatype %d op %d root %d comm %p [nranks=%d] stream %p" (%zu from 2.22.3). RCCL appends
-# " task %d globalrank %d", hence no end anchor. The stream is optional so a record cut by a
+# datatype %d op %d root %d comm %p [nranks=%d] stream %p" (%zu from 2.22.3). RCCL adds
+# " acc %p" after recvbuff (2.2x, src/enqueue.cc) and appends " task %d globalrank %d", hence
+# no end anchor. The stream is optional so a record cut by a
 # glued neighbour still counts.
 _COLL_BODY = (
     r"(?P<op>[A-Za-z]{1,64}): opCount (?P<opcount>[0-9a-fA-F]{1,16})"
     r" sendbuff (?P<sendbuff>" + _PTR + r") recvbuff (?P<recvbuff>" + _PTR + r")"
+    r"(?: acc (?:" + _PTR + r"))?"
     r" count (?P<count>\d{1,20}) datatype (?P<dtype>\d{1,10}) op (?P<redop>-?\d{1,10})"
     r" root (?P<root>-?\d{1,10}) comm (?P<comm>" + _PTR + r") \[nranks=(?P<nranks>\d{1,10})\]"
     r"(?: stream (?P<stream>" + _PTR + r"))?"
@@ -161,13 +181,15 @@ _COLL_FULL_RE: Final = _rx(_TS + _HOST_PID_TID_DEV + r"NCCL INFO " + _COLL_BODY)
 # fraction, host, pid, op, count, datatype, root, comm, nranks): fewer groups make the hot-path
 # search and groups() cheaper. It accepts exactly the lines _COLL_FULL_RE accepts.
 _COLL_FAST_RE: Final = _rx(
-    r"(?:\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)(?:\.(\d+))?\] )?"
-    r"(?<![^\s:\[\]()<>])([^\s:\[\]()<>]{1,255}):(\d{1,10}):\d{1,10} \[-?\d{1,6}\] NCCL INFO "
+    _TS_FAST
+    + r"(?<![^\s:\[\]()<>])([^\s:\[\]().<>]{1,255}):(\d{1,10}):\d{1,10} \[-?\d{1,6}\] NCCL INFO "
     r"([A-Za-z]{1,64}): opCount [0-9a-fA-F]{1,16} sendbuff (?:"
     + _PTR
     + r") recvbuff (?:"
     + _PTR
-    + r") count (\d{1,20}) datatype (\d{1,10}) op -?\d{1,10} root (-?\d{1,10})"
+    + r")(?: acc (?:"
+    + _PTR
+    + r"))? count (\d{1,20}) datatype (\d{1,10}) op -?\d{1,10} root (-?\d{1,10})"
     r" comm (" + _PTR + r") \[nranks=(\d{1,10})\]"
 )
 
@@ -176,15 +198,16 @@ _COLL_FAST_RE: Final = _rx(
 # a line with one "NCCL " (the only lines the live fast path takes) they accept exactly what
 # _COLL_FAST_RE accepts, with the same groups, without trying a match at every position.
 _FAST_PREFIX_RE: Final = _rx(
-    r"(?:\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)(?:\.(\d+))?\] )?"
-    r"(?<![^\s:\[\]()<>])([^\s:\[\]()<>]{1,255}):(\d{1,10}):\d{1,10} \[-?\d{1,6}\] \Z"
+    _TS_FAST + r"(?<![^\s:\[\]()<>])([^\s:\[\]().<>]{1,255}):(\d{1,10}):\d{1,10} \[-?\d{1,6}\] \Z"
 )
 _FAST_BODY_RE: Final = _rx(
     r"([A-Za-z]{1,64}): opCount [0-9a-fA-F]{1,16} sendbuff (?:"
     + _PTR
     + r") recvbuff (?:"
     + _PTR
-    + r") count (\d{1,20}) datatype (\d{1,10}) op -?\d{1,10} root (-?\d{1,10})"
+    + r")(?: acc (?:"
+    + _PTR
+    + r"))? count (\d{1,20}) datatype (\d{1,10}) op -?\d{1,10} root (-?\d{1,10})"
     r" comm (" + _PTR + r") \[nranks=(\d{1,10})\]"
 )
 
@@ -224,10 +247,11 @@ _BULK_SAFE_RE: Final = _rx(
 # The strict pieces: with them the line is exactly what _FAST_LINE_RE accepts (whose match
 # is unique: every field ends at a character it cannot hold), with the same groups.
 _BULK_WHO_RE: Final = _rx(
-    r"([^\s:\[\]()<>]{1,255}:\d{1,10}):\d{1,10} \[-?\d{1,6}\] NCCL INFO ([A-Za-z]{1,64})"
+    r"([^\s:\[\]().<>]{1,255}:\d{1,10}):\d{1,10} \[-?\d{1,6}\] NCCL INFO ([A-Za-z]{1,64})"
 )
 _BULK_MID_RE: Final = _rx(
-    r"sendbuff (?:" + _PTR + r") recvbuff (?:" + _PTR + r") count (\d{1,20}) datatype (\d{1,10})"
+    r"sendbuff (?:" + _PTR + r") recvbuff (?:" + _PTR + r")(?: acc (?:" + _PTR + r"))?"
+    r" count (\d{1,20}) datatype (\d{1,10})"
     r" op -?\d{1,10} root (-?\d{1,10}) comm (" + _PTR + r") \[nranks=(\d{1,10})\]"
 )
 _UNSEEN: Final = -2  # a pair of line pieces not in the cache yet
@@ -500,6 +524,28 @@ def parse_timestamp(ts: str) -> float | None:
     return base + int(digits) / _POW10[len(digits)]
 
 
+def _line_time(line: str) -> float | None:
+    """The time of a timestamp that starts the line (see ``_LEAD_TS_RE``), if any."""
+    if not line[:1].isdigit() and not line.startswith("["):
+        return None
+    m = _LEAD_TS_RE.match(line)
+    return parse_timestamp(m[1]) if m is not None else None
+
+
+def _plain(line: str) -> str:
+    """The line without terminal escape sequences (colours a launcher or a wrapper added)."""
+    return _ANSI_RE.sub("", line) if "\x1b" in line else line
+
+
+def _unglued(host: str) -> str:
+    """The host without the tail of a record glued before it (see ``_GLUED_HEAD_RE``)."""
+    if host[:1].isdigit() or host.startswith(("COMPLETE", "START")):
+        m = _GLUED_HEAD_RE.match(host)
+        if m is not None:
+            return host[m.end() :]
+    return host
+
+
 # Where a record came from: host, pid, tid, dev and timestamp of its NCCL prefix.
 _Where = tuple[str | None, int | None, int | None, int | None, float | None]
 _NOWHERE: Final[_Where] = (None, None, None, None, None)
@@ -704,12 +750,13 @@ def _records(line: str) -> tuple[list[NcclEvent], int]:
         if not events and ("NCCL INFO" in line or "NCCL WARN" in line):
             broken += 1
         return events, broken
+    lead = _line_time(line)
     for i, p in enumerate(prefixes):
         end = prefixes[i + 1].start() if i + 1 < len(prefixes) else len(line)
         msg = line[p.end() : end]
         ts_text = p["ts"]
-        ts = parse_timestamp(ts_text) if ts_text is not None else None
-        host, pid, tid, dev = p["host"], int(p["pid"]), int(p["tid"]), int(p["dev"])
+        ts = parse_timestamp(ts_text) if ts_text is not None else lead
+        host, pid, tid, dev = _unglued(p["host"]), int(p["pid"]), int(p["tid"]), int(p["dev"])
         if p["level"] == "WARN":
             events.append(
                 WarnLine(
@@ -740,7 +787,7 @@ def parse_records(line: str) -> list[NcclEvent]:
     if "NCCL " not in line and "opCount " not in line:
         return []
     try:
-        return _records(line)[0]
+        return _records(_plain(line))[0]
     except (ValueError, OverflowError, IndexError):  # pragma: no cover - defensive
         return []
 
@@ -752,13 +799,14 @@ def parse_line(line: str) -> NcclEvent | None:
     are glued on one line, a COLL record wins (COLL lines are what the agent counts): the first
     one that kept its NCCL prefix, else the first one; without COLL record, the first record.
     """
+    line = _plain(line)
     try:
         if "opCount " in line:
             m = _COLL_FULL_RE.search(line)
             if m is not None:
                 ts_text = m["ts"]
-                ts = parse_timestamp(ts_text) if ts_text is not None else None
-                where = (m["host"], int(m["pid"]), int(m["tid"]), int(m["dev"]), ts)
+                ts = parse_timestamp(ts_text) if ts_text is not None else _line_time(line)
+                where = (_unglued(m["host"]), int(m["pid"]), int(m["tid"]), int(m["dev"]), ts)
                 return _coll_from_groups(m.groupdict(), where)
         elif "NCCL " not in line:
             return None
@@ -977,6 +1025,8 @@ class LiveDecoder:
         None means "not decided here": :meth:`decode` then takes the line. Each distinct call
         shape ``(op, count, datatype, nranks, root)`` is resolved to its S and peer once.
         """
+        if "\x1b" in line:
+            line = _plain(line)
         whole = _FAST_LINE_RE.match(line)
         if whole is not None:
             # one "NCCL " and one "opCount" in the line: none after the record, none in the host
@@ -1002,7 +1052,8 @@ class LiveDecoder:
         if shape is None:
             shape = self._new_shape(op, count, dtype, nranks_text, root)
         s_bytes, nranks, peer = shape
-        return (self._time(sec, frac), op, s_bytes, nranks, comm, f"{host}:{pid}", peer)
+        stamp = self._time(sec, frac) if sec is not None else _line_time(line)
+        return (stamp, op, s_bytes, nranks, comm, f"{host}:{pid}", peer)
 
     def _new_shape(
         self, op: str, count: str, dtype: str, nranks_text: str, root: str
@@ -1018,6 +1069,7 @@ class LiveDecoder:
 
     def decode(self, line: str) -> list[CallRecord]:
         """The COLL records of one line (usually zero or one)."""
+        line = _plain(line)
         call = self.fast(line)
         if call is not None:
             return [CallRecord(*call)]
@@ -1325,8 +1377,12 @@ class NcclLogAccumulator:
     def feed(self, line: str) -> None:
         """Account for one line of log text (without its newline)."""
         self._lines_total += 1
+        if "\x1b" in line:
+            line = _plain(line)
         if "opCount " in line:
-            m = _COLL_FAST_RE.search(line)
+            # The record at the line's start (no launcher tag) is the common case, and an
+            # anchored match is cheaper than a search: it finds the same match there.
+            m = _FAST_LINE_RE.match(line) or _COLL_FAST_RE.search(line)
             if m is not None and line.count("NCCL ") == 1 and line.count("opCount") == 1:
                 # One prefixed COLL record and no other record glued to it.
                 self._nccl_lines += 1
@@ -1340,7 +1396,8 @@ class NcclLogAccumulator:
                     ci = self._new_fast_comm(host, pid, comm, nranks)
                 self._call_comm.append(ci)
                 if sec is None:
-                    self._times.append(_NAN)
+                    lead = _line_time(line)
+                    self._times.append(_NAN if lead is None else lead)
                     return
                 # Inlined parse_timestamp, with the whole-second part memoised.
                 base = self._sec_cache.get(sec)

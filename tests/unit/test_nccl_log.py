@@ -55,6 +55,8 @@ LAUNCHERS = [
     "[1,0]<stdout>:",
     "(RayTrainWorker pid=123, ip=10.0.0.1) ",
     "[56] ",
+    # A coloured launcher tag (terminal escape sequences are removed before parsing).
+    "\x1b[36m[default0]:\x1b[0m",
 ]
 
 # NCCL_DEBUG_TIMESTAMP_FORMAT "[%F %T] " and "[%F %T.%Nf] " (2.26.2+, src/debug.cc).
@@ -65,6 +67,11 @@ TIMESTAMPS: list[tuple[str, float | None]] = [
     ("[2026-05-05 06:16:47.123] ", _T0 + 0.123),
     ("[2026-05-05 06:16:47.123456] ", _T0 + 0.123456),
     ("[2026-05-05 06:16:47.123456789] ", _T0 + 0.123456789),
+    # A custom NCCL_DEBUG_TIMESTAMP_FORMAT without brackets ("%F %T.%6f ").
+    ("2026-05-05 06:16:47.123456 ", _T0 + 0.123456),
+    # RFC 3339, as `kubectl logs --timestamps` and `docker logs -t` print it; the zone is skipped.
+    ("2026-05-05T06:16:47.123456789Z ", _T0 + 0.123456789),
+    ("2026-05-05T06:16:47+02:00 ", float(_T0)),
 ]
 
 
@@ -150,6 +157,13 @@ COLL_CASES: list[tuple[str, str, dict[str, object]]] = [
         "2.12-send",
         coll_body("Send", count=512, dtype=9, nranks=8, send="(nil)", root=7),
         {"op": "Send", "sendbuff": "(nil)", "recvbuff": BUF, "s_bytes": 1024},
+    ),
+    (
+        # RCCL 2.27 (ROCm 7.2): "acc %p" after recvbuff, "task %d globalrank %d" appended.
+        "rccl-2.27-acc",
+        "AllReduce: opCount 0 sendbuff 0x7973d6e00400 recvbuff 0x7973d6e00400 acc (nil) count 1 "
+        "datatype 7 op 0 root 0 comm 0x78cfda045840 [nranks=2] stream (nil) task 0 globalrank 0",
+        {"op": "AllReduce", "count": 1, "nranks": 2, "s_bytes": 4, "stream": "(nil)"},
     ),
     (
         "2.28-alltoall",
@@ -677,6 +691,49 @@ def test_two_glued_coll_records_are_both_counted() -> None:
     assert summary.collectives["AllGather"].count == 2
     assert summary.collectives["AllGather"].bytes == 2 * 64
     assert summary.nccl_lines == 2
+
+
+def test_a_record_glued_with_no_blank_keeps_its_own_host() -> None:
+    # The previous record ends in a pointer or a float, and the next starts right after it:
+    # a host (gethostname() cut at its first '.') holds neither, so they are not its name.
+    info = NCCL_PREFIX + "AllGather: 37756928 Bytes -> Algo 1 proto 2 time 2860.208008"
+    coll = NCCL_PREFIX + coll_body(count=4, dtype=7, nranks=4)
+    init = NCCL_PREFIX + f"comm {COMM} rank 0 nranks 4 cudaDev 0 busId 1b000 - Init COMPLETE"
+    for line in (info + coll, coll + coll, init + coll):
+        records = parse_records(line)
+        assert [r.host for r in records] == [HOST, HOST]
+        acc = NcclLogAccumulator()
+        acc.feed(line)
+        assert {c.host for c in acc.summary().comms.values()} == {HOST}
+    event = parse_line(info + coll)
+    assert isinstance(event, CollLine)
+    assert (event.host, event.pid) == (HOST, PID)
+
+
+def test_a_line_stamped_before_its_launcher_tag_takes_that_time() -> None:
+    # `kubectl logs --timestamps` of a torchrun job: the stamp starts the line, the tag follows.
+    line = "2026-05-05T06:16:47.25Z [rank0]:" + NCCL_PREFIX + coll_body(nranks=4)
+    event = parse_line(line)
+    assert isinstance(event, CollLine)
+    assert event.timestamp_s == pytest.approx(_T0 + 0.25, abs=1e-6)
+    assert [r.timestamp_s for r in parse_records(line)] == [event.timestamp_s]
+    acc = NcclLogAccumulator()
+    acc.feed(line)
+    assert acc.summary().call_times_s.tolist() == [event.timestamp_s]
+    # NCCL's own stamp, when the record has one, wins over the launcher's.
+    own = "2026-05-05T06:16:50Z [rank0]:[2026-05-05 06:16:47.5] " + NCCL_PREFIX + coll_body()
+    event = parse_line(own)
+    assert isinstance(event, CollLine)
+    assert event.timestamp_s == pytest.approx(_T0 + 0.5, abs=1e-6)
+
+
+def test_coloured_level_and_init_lines_decode_as_plain_ones() -> None:
+    init = f"comm {COMM} rank 1 nranks 4 cudaDev 1 busId 1b000 - Init COMPLETE"
+    for text in (init, coll_body(nranks=4)):
+        plain = NCCL_PREFIX + text
+        coloured = f"{HOST}:{PID}:{TID} [{DEV}] \x1b[1;34mNCCL INFO\x1b[0m {text}\x1b[0m"
+        assert parse_records(coloured) == parse_records(plain)
+        assert parse_line(coloured) == parse_line(plain)
 
 
 def test_bare_coll_glued_before_a_prefixed_record() -> None:

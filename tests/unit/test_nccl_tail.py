@@ -245,17 +245,20 @@ _HOSTS = [
     "xopCountx:007:5 [1] ",  # ... and the full parser writes the pid without its zeros
     "node-c:0042:1 [2] ",
     "bad(host):1:1 [0] ",
+    "fq.dn:1:1 [0] ",  # a '.' never is in a host: the fast paths leave the line to the parser
+    "2860.208008node-d:3:3 [0] ",  # a record glued after a float
     "h:1:1 [0]",  # no blank before "NCCL"
     "",  # the record lost its prefix
 ]
 _LAUNCHERS = ["", "[rank0]:", "0: ", "[1,0]<stdout>:", "(RayTrainWorker pid=12, ip=10.0.0.1) ",
-              "[56] ", "junk opCount ", "x y "]  # fmt: skip
+              "[56] ", "junk opCount ", "x y ", "\x1b[36m[default0]:\x1b[0m",
+              "2026-05-05T06:16:47.25Z [rank1]:"]  # fmt: skip
 _PTRS = ["0x7f0000", "(nil)", "0x55AA", "0x7f3b00200000"]
 _TAILS = ["", " stream 0x55bb", " stream (nil)", " stream 0x55bb task 3 globalrank 7",
           " NCCL INFO x", " opCount 1", " Nope o", " stream 0x1" + " pad" * 300]  # fmt: skip
 _INFOS = ["NCCL INFO Channel 00/02 : 0 1 2 3", "NCCL INFO Using network IB",
           "NCCL INFO NCCL version 2.28.3+cuda12.8"]  # fmt: skip
-_GLUE = ["", " ", "[default1]:", "x"]
+_GLUE = ["", " ", "[default1]:", "x", " time 2860.208008"]
 _ODD_STAMPS = [
     "1970-01-01 00:00:00",
     "1970-01-01 00:00:00.",  # no digit after the point: no timestamp
@@ -277,10 +280,16 @@ _OPS = ["AllReduce", "AllGather", "ReduceScatter", "Broadcast", "Send", "Recv", 
 
 @st.composite
 def _stamp(draw: st.DrawFn) -> str:
-    """NCCL's "[%F %T[.%Nf]] " prefix, well-formed or not (N up to 12, impossible dates)."""
-    kind = draw(st.integers(0, 6))
+    """NCCL's "[%F %T[.%Nf]] " prefix, well-formed or not (N up to 12, impossible dates), or
+    the same moment unbracketed or in RFC 3339 form (a custom format, kubectl, docker)."""
+    kind = draw(st.integers(0, 7))
     if kind == 0:
         return ""
+    if kind == 7:
+        sep, point = draw(st.sampled_from([(" ", "."), ("T", "."), (" ", ",")]))
+        frac = draw(st.sampled_from(["", "5", "123456", "123456789"]))
+        zone = draw(st.sampled_from(["", "Z", "+02:00", "-0500"]))
+        return f"2026-05-05{sep}06:16:47" + (point + frac if frac else "") + zone + " "
     if kind == 6:
         return f"[{draw(st.sampled_from(_ODD_STAMPS))}] "
     second = draw(st.integers(0, 60))
@@ -313,8 +322,10 @@ def _body(draw: st.DrawFn) -> str:
         send, recv = draw(st.sampled_from(_PTRS)), draw(st.sampled_from(_PTRS))
         dtype, redop = draw(st.integers(0, 12)), draw(st.sampled_from([0, -1, 2]))
         root, nranks = draw(st.integers(0, 3)), draw(st.sampled_from([0, 1, 8, 64]))
+        acc = draw(st.sampled_from(["", "", " acc (nil)"]))  # RCCL 2.2x: "acc %p"
+        level = draw(st.sampled_from(["NCCL INFO", "NCCL INFO", "\x1b[32mNCCL INFO\x1b[0m"]))
         body = (
-            f"NCCL INFO {op}: opCount {opcount} sendbuff {send} recvbuff {recv} count {count} "
+            f"{level} {op}: opCount {opcount} sendbuff {send} recvbuff {recv}{acc} count {count} "
             f"datatype {dtype} op {redop} root {root} comm {comm} [nranks={nranks}]"
         )
         tail = draw(st.sampled_from(_TAILS))

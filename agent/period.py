@@ -690,7 +690,9 @@ def edge_timing(x: FloatArray, dt: float, period_s: float, *, t0: float = 0.0) -
     start = np.round((rise - t0) / dt).astype(np.int64)
     end = np.maximum(np.round((fall - t0) / dt).astype(np.int64), start)
     mass = csum[end] - csum[np.maximum(start, 0)]
-    expected = max(1, int((x.size * dt) / period_s))
+    # Periods the bursts span, not the window: traffic that starts or stops inside the window
+    # (a job after an idle spell, a capture with quiet minutes around it) has fewer.
+    expected = max(1, round(float(rise[-1] - rise[0]) / period_s) + 1)
     top = np.sort(mass)[::-1][:expected]
     main = mass >= 0.5 * median(top)
     if not finite.all():
@@ -705,7 +707,7 @@ def edge_timing(x: FloatArray, dt: float, period_s: float, *, t0: float = 0.0) -
     if rise.size < 3:
         return None
     span = rise[-1] - rise[0]
-    bursts_per_period = rise.size / max((x.size * dt) / period_s, 1e-12)
+    bursts_per_period = (rise.size - 1) / max(float(span) / period_s, 1e-12)
 
     def intervals(edges: FloatArray) -> tuple[FloatArray, FloatArray]:
         d = np.diff(edges)
@@ -992,6 +994,12 @@ def estimate_period(
     rising: FloatArray | None = None
     # Edge refinement on the finest level where the main bursts come about once per period
     # (for a layer train that is a coarse level, where the train has merged into one burst).
+    # Bursts that repeat irregularly at one level are looked at on the coarser ones before
+    # the period is rejected: gaps of a few fine samples inside a burst (a sender stalled for
+    # a millisecond, frames of a capture sparser than its bins) split it into pieces that the
+    # decimation merges again, while irregular repetition stays irregular at every level.
+    irregular: EdgeTiming | None = None
+    irregular_method = "edges"
     for lv in pyramid:
         if period / lv.dt < 8:
             break
@@ -1009,19 +1017,24 @@ def estimate_period(
             timing.regular_fraction < cfg.min_regular_fraction
             or timing.interval_cv > cfg.max_interval_cv
         ):
-            return _rejected(
-                current,
-                detections,
-                "bursts repeat too irregularly to call it a period",
-                interval_cv=timing.interval_cv,
-                method=timing_method,
-            )
-        if abs(timing.period_s / period - 1.0) <= 0.05:
-            period = timing.period_s
-            method = timing_method
-            cv = timing.interval_cv
-            rising = timing.rising_s
+            if irregular is None:
+                irregular, irregular_method = timing, timing_method
+            continue
+        if abs(timing.period_s / period - 1.0) > 0.05:
+            continue  # edges that disagree with the period: pieces of bursts, as above
+        period = timing.period_s
+        method = timing_method
+        cv = timing.interval_cv
+        rising = timing.rising_s
         break
+    if irregular is not None and rising is None:
+        return _rejected(
+            current,
+            detections,
+            "bursts repeat too irregularly to call it a period",
+            interval_cv=irregular.interval_cv,
+            method=irregular_method,
+        )
 
     if current.cycles < cfg.outer_min_cycles and method == "nsdf":
         # Few cycles are enough only when the burst edges confirm about one main burst per

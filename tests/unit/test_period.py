@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -285,3 +286,43 @@ def test_a_stalled_sampler_over_a_burst_edge_does_not_move_t(seed: int) -> None:
     assert untimed is not None
     r = estimate_period(grid.rate, grid.dt, t0=grid.t0, untimed=untimed)
     assert r.period_s == pytest.approx(truth, rel=5e-5)
+
+
+def _stalled_bursts(rng: np.random.Generator, *, idle_head: int = 500) -> np.ndarray:
+    """1 ms samples of 20 bursts (T = 1 s, D = 0.3), a third of them cut in two by a 2 ms
+    stall (a sender that lost its core for a moment)."""
+    x = np.zeros(idle_head + 20 * 1000)
+    for k in range(20):
+        start = idle_head + k * 1000
+        x[start : start + 300] = 1.0
+        if rng.random() < 0.35:
+            s = start + int(rng.integers(120, 180))
+            x[s : s + 2] = 0.0
+    return x + 0.01 * rng.standard_normal(x.size)
+
+
+def test_bursts_broken_by_millisecond_stalls_are_timed_where_they_are_whole() -> None:
+    # A real capture's 1 ms series (tests/fixtures/captures): at 1 ms the stalls split the
+    # bursts and their edges repeat irregularly, so the period used to be rejected ("bursts
+    # repeat too irregularly"); the pyramid's coarser levels merge the pieces again, and an
+    # irregular repetition would stay irregular there. The frames' own rising edges are
+    # 1.00000 s apart.
+    fixture = Path(__file__).resolve().parents[1] / "fixtures" / "captures"
+    x = np.loadtxt(fixture / "veth-udp-stalls-1ms.txt.gz") / 1e-3
+    r = estimate_period(x, 1e-3)
+    assert r.period_s == pytest.approx(1.0, rel=5e-4)
+    assert r.method == "edges"
+    assert r.rising_edges_s is not None
+    assert r.rising_edges_s.size >= 18
+
+
+def test_bursts_per_period_count_the_span_of_the_bursts_not_an_idle_head() -> None:
+    # 30 idle seconds before 20 bursts (a capture started long before the job, a job that
+    # started late in the window): over the window that is 0.4 bursts a period, which used
+    # to leave the edges untimed. The edges time every cycle, from where the bursts start.
+    x = _stalled_bursts(np.random.default_rng(4), idle_head=30_000)
+    r = estimate_period(x, 1e-3)
+    assert r.period_s == pytest.approx(1.0, rel=1e-3)
+    assert r.method == "edges"
+    assert r.rising_edges_s is not None
+    assert r.rising_edges_s[0] == pytest.approx(30.0, abs=0.005)

@@ -7,6 +7,7 @@ GPU samples pooled, NCCL logs accumulated).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -47,6 +48,10 @@ __all__ = [
 #: Capture bins: fine enough for 10 ms periods, coarse enough to stay under 2^18 bins.
 PCAP_MIN_BIN_S = 1e-3
 PCAP_MAX_BINS = 2**18
+#: ... and wide enough for this many frames of a burst at its typical spacing: with sparse
+#: frames (TSO/GRO super-frames, a slow link) a 1 ms bin holds one frame or none, and every
+#: frame looks like a burst of its own.
+PCAP_FRAMES_PER_BIN = 8
 
 
 @dataclass(frozen=True)
@@ -207,6 +212,30 @@ def communicators(summary: NcclLogSummary) -> list[dict[str, Any]]:
     return sorted(out, key=lambda r: (-(r["nranks"] or 0), -r["calls"], r["comm"]))
 
 
+def _frame_spacing(captures: Sequence[Capture]) -> float:
+    """Median time between consecutive frames of the busier direction, all files pooled.
+
+    Bursty traffic sends most of its frames inside bursts, so this is the spacing there.
+    """
+    tx = sum(int(c.length[c.is_tx].sum()) for c in captures)
+    rx = sum(int(c.length[~c.is_tx].sum()) for c in captures)
+    times = np.concatenate([c.time_s[c.is_tx == (tx >= rx)] for c in captures])
+    times = np.sort(times[np.isfinite(times)])
+    gaps = np.diff(times)
+    gaps = gaps[gaps > 0]
+    return float(np.median(gaps)) if gaps.size else 0.0
+
+
+def _nice_step(seconds: float) -> float:
+    """The smallest 1, 2 or 5 × 10^k at or above ``seconds`` (bins a reader recognises)."""
+    exponent = math.floor(math.log10(seconds))
+    for mantissa in (1.0, 2.0, 5.0, 10.0):
+        step = mantissa * 10.0**exponent
+        if step >= seconds * (1 - 1e-9):
+            return step
+    return 10.0 ** (exponent + 1)  # pragma: no cover - 10 × 10^k always qualifies
+
+
 def _pcap(paths: Sequence[Path]) -> tuple[dict[Direction, GridSeries], list[Capture]]:
     captures = [read_capture(p) for p in paths]
     usable = [
@@ -222,7 +251,9 @@ def _pcap(paths: Sequence[Path]) -> tuple[dict[Direction, GridSeries], list[Capt
     t0 = min(float(c.stats.first_time_s or 0.0) for c in usable)
     t1 = max(float(c.stats.last_time_s or 0.0) for c in usable)
     span = max(t1 - t0, PCAP_MIN_BIN_S)
-    bin_s = max(PCAP_MIN_BIN_S, span / PCAP_MAX_BINS)
+    bin_s = _nice_step(
+        max(PCAP_MIN_BIN_S, span / PCAP_MAX_BINS, PCAP_FRAMES_PER_BIN * _frame_spacing(usable))
+    )
     n = int(np.floor(span / bin_s)) + 1  # the last frame may sit exactly on the last edge
     tx = np.zeros(n)
     rx = np.zeros(n)
@@ -254,6 +285,7 @@ def analyze_files(
     """
     sources: dict[str, list[str]] = {}
     extra: dict[str, Any] = {}
+    capture_notes: list[str] = []
     network: dict[Direction, GridSeries] = {}
     network_source: str | None = None
     counter_dt: float | None = None
@@ -264,7 +296,8 @@ def analyze_files(
     if pcaps:
         pcap_grids, captures = _pcap(pcaps)
         sources["pcap"] = [str(p) for p in pcaps]
-        extra["capture"] = _capture_summary(captures, pcap_grids)
+        extra["capture"] = _capture_summary(captures, pcap_grids, pcaps)
+        capture_notes = _capture_warnings(captures, pcaps)
         # The finer series wins: B needs samples shorter than the bursts.
         if counter_dt is None or pcap_grids["tx"].dt < counter_dt:
             network, network_source = pcap_grids, "pcap"
@@ -303,6 +336,8 @@ def analyze_files(
         network=network, network_source=network_source, gpu=gpu_samples, collectives=mix
     )
     est = estimate(inputs)
+    if capture_notes:
+        est = replace(est, warnings=(*est.warnings, *capture_notes))
     if not network and mix is None and gpu_samples is None:
         est = replace(est, regime="unknown")  # Inspector records alone say nothing of traffic
     extra["arrivals"] = arrivals_json(inputs, est)
@@ -430,7 +465,14 @@ def sparse_ops_json(
     return (a2a.to_json() if a2a else None), (pipe.to_json() if pipe else None)
 
 
-def _capture_summary(captures: list[Capture], grids: dict[Direction, GridSeries]) -> dict[str, Any]:
+def _capture_warnings(captures: Sequence[Capture], paths: Sequence[Path]) -> list[str]:
+    """What the reader noticed in each file (a cut record, frames it could not decode)."""
+    return [f"{p}: {w}" for c, p in zip(captures, paths, strict=True) for w in c.stats.warnings]
+
+
+def _capture_summary(
+    captures: list[Capture], grids: dict[Direction, GridSeries], paths: Sequence[Path]
+) -> dict[str, Any]:
     packets = sum(c.stats.packets for c in captures)
     span = grids["tx"].duration_s
     acks = merge_ack_samples(c.ack_samples for c in captures if c.ack_samples is not None)
@@ -455,6 +497,9 @@ def _capture_summary(captures: list[Capture], grids: dict[Direction, GridSeries]
         "ack_latency_samples": acks.matched,
         "ack_latency_local_requester_s": _ack_json(acks.percentiles(1)),
         "ack_latency_remote_requester_s": _ack_json(acks.percentiles(0)),
-        "truncated_files": [str(i) for i, c in enumerate(captures) if c.stats.truncated],
+        "truncated_files": [
+            str(p) for c, p in zip(captures, paths, strict=True) if c.stats.truncated
+        ],
+        "skipped_records": sum(c.stats.skipped_records for c in captures),
         "bin_s": grids["tx"].dt,
     }

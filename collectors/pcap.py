@@ -105,6 +105,9 @@ LINKTYPE_IPV4 = 228
 LINKTYPE_IPV6 = 229
 LINKTYPE_LINUX_SLL2 = 276
 
+#: sll_pkttype of a frame the host sent (<linux/if_packet.h>); received ones are 0-3.
+PACKET_OUTGOING = 4
+
 ROCEV2_UDP_PORT = 4791
 CNP_OPCODE = 0x81
 # RC ACKNOWLEDGE and RC ATOMIC ACKNOWLEDGE: a 4-byte AETH follows their BTH (IBTA vol. 1).
@@ -299,7 +302,9 @@ class Capture:
         time_s: float64 POSIX seconds per frame (float64 keeps ~0.24 µs at today's epoch;
             ``time_ns`` is exact). NaN for pcapng simple packet blocks before any timed frame.
         length: int64 ORIGINAL length per frame.
-        is_tx: bool, the frame's source MAC is ``stats.local_mac``.
+        is_tx: bool, the capturing host sent the frame: a Linux cooked header's packet type
+            is PACKET_OUTGOING where the frame has one, else its source MAC is
+            ``stats.local_mac``.
         stats: Totals.
         time_ns: int64 POSIX nanoseconds per frame, exact (None when built by hand).
         ack_samples: The RC ACK latency samples behind ``stats.ack_latency_s``, for merging
@@ -543,6 +548,10 @@ class FrameColumns:
             Linux cooked frame whose link-layer address is 6 bytes. An all-zero MAC (the
             loopback device's) is a MAC, hence this column.
         has_dst_mac: bool, as ``has_src_mac``; Ethernet only.
+        pkttype: int8, a Linux cooked frame's packet type (0 to the host, 1 broadcast, 2
+            multicast, 3 to another host, 4 sent by the host: ``PACKET_OUTGOING``); -1 for
+            other link types and cut headers.
+        ifindex: int64, a Linux cooked v2 (SLL2) frame's interface index; -1 elsewhere.
         flow_key: ``V40`` (np.void of 40 bytes), equal for frames of the same 5-tuple (proto,
             src ip, src port, dst ip, dst port), so ``np.unique(flow_key[ip_version > 0]).size``
             counts flows. Five native-endian uint64 words (``.view(np.uint64).reshape(-1, 5)``):
@@ -575,6 +584,8 @@ class FrameColumns:
     dst_mac: _U64
     has_src_mac: _Bool
     has_dst_mac: _Bool
+    pkttype: npt.NDArray[np.int8]
+    ifindex: npt.NDArray[np.int64]
     flow_key: npt.NDArray[np.void]
     qp_key: npt.NDArray[np.void]
 
@@ -663,6 +674,8 @@ def _empty_columns(n: int) -> dict[str, np.ndarray]:
         "dst_mac": np.zeros(n, dtype=np.uint64),
         "has_src_mac": np.zeros(n, dtype=bool),
         "has_dst_mac": np.zeros(n, dtype=bool),
+        "pkttype": np.full(n, -1, dtype=np.int8),
+        "ifindex": np.full(n, -1, dtype=np.int64),
         "flow_key": np.zeros((n, _FLOW_WORDS), dtype=np.uint64),
         "qp_key": np.zeros((n, _QP_WORDS), dtype=np.uint64),
         "flow_hash": np.zeros(n, dtype=np.uint64),  # _hash_words of the key (0 for 0)
@@ -825,12 +838,21 @@ def _decode_rows(
             w = g.be64(o + 4)  # halen, then the first 6 address bytes
             halen, src = w >> np.uint64(48), w & np.uint64(_MASK48)
             et = g.be32(o + 12) & np.uint64(0xFFFF)
+            pkttype, typed = g.be32(o) >> np.uint64(16), c >= 2
             p0 = 16
         else:
             et = g.be32(o) >> np.uint64(16)
             halen = g.u8(o + 11)
             src = g.be64(o + 12) >> np.uint64(16)
+            pkttype, typed = g.u8(o + 10), c >= 11
+            cols["ifindex"] = np.where(c >= 8, g.be32(o + 4), np.uint64(1) << np.uint64(63)).view(
+                np.int64
+            )  # the sign bit: not captured
             p0 = 20
+        # The kernel's own word on direction (PACKET_HOST, ..., PACKET_OUTGOING = 4).
+        cols["pkttype"] = (
+            np.where(typed & (pkttype <= 127), pkttype, 255).astype(np.uint8).view(np.int8)
+        )
         ok = c >= p0
     elif lt in (LINKTYPE_RAW, LINKTYPE_IPV4, LINKTYPE_IPV6):
         version = g.u8(o) >> np.uint64(4)
@@ -1942,6 +1964,7 @@ class _Totals:
     flows: list[_U64] = field(default_factory=list)
     qps: list[_U64] = field(default_factory=list)
     per_frame: dict[str, list[np.ndarray]] = field(default_factory=dict)
+    interfaces: set[int] = field(default_factory=set)  # SLL2 interface indexes
 
     def keep(self, name: str, values: np.ndarray) -> None:
         self.per_frame.setdefault(name, []).append(values)
@@ -2001,8 +2024,10 @@ def _analyse(buf: _Buf, chunks: Iterable[_Chunk], meta: _Meta) -> Capture:
         tot.keep("length", origs)
         tot.keep("time_ns", chunk.tns)
         tot.keep("timed", np.ones(origs.size, dtype=bool) if chunk.timed is None else chunk.timed)
-        for name in ("src_mac", "has_src_mac", "dst_mac", "has_dst_mac"):
+        for name in ("src_mac", "has_src_mac", "dst_mac", "has_dst_mac", "pkttype"):
             tot.keep(name, cols[name])
+        ifindex = cols["ifindex"]
+        tot.interfaces.update(np.unique(ifindex[ifindex >= 0]).tolist())
 
     n = tot.packets
     length = tot.column("length", np.int64)
@@ -2013,6 +2038,12 @@ def _analyse(buf: _Buf, chunks: Iterable[_Chunk], meta: _Meta) -> Capture:
     local = _local_mac(src, has_src, tot.column("dst_mac", np.uint64),
                        tot.column("has_dst_mac", np.bool_))  # fmt: skip
     is_tx = has_src & (src == np.uint64(local)) if local is not None else np.zeros(n, dtype=bool)
+    # A Linux cooked capture (`tcpdump -i any`) says which frames the host sent: that beats
+    # the MAC guess, which two hosts talking only to each other leave to chance.
+    pkttype = tot.column("pkttype", np.int8)
+    typed = pkttype >= 0
+    if typed.any():
+        is_tx = np.where(typed, pkttype == PACKET_OUTGOING, is_tx)
     time_s = (time_ns // _NS).astype(np.float64) + (time_ns % _NS).astype(np.float64) / 1e9
     first = last = None
     if n:
@@ -2026,6 +2057,12 @@ def _analyse(buf: _Buf, chunks: Iterable[_Chunk], meta: _Meta) -> Capture:
     qps = _count_keys(tot.qps)
     samples = matcher.result(local)
     warn = list(meta.warn)
+    if len(tot.interfaces) > 1:
+        warn.append(
+            f"frames of {len(tot.interfaces)} interfaces (a `-i any` capture) are summed: "
+            "traffic that crosses a bridge, a bond or a tunnel is counted on each interface it "
+            "crosses; capture on the physical NICs for B and D"
+        )
     if tot.skipped:
         warn.append(
             f"{tot.skipped} frames could not be decoded (runt, unsupported link type, or a "

@@ -1094,9 +1094,20 @@ def _ref_analyse(buf: bytes, recs: _RefRecords) -> Capture:
     lts = recs.link_types if recs.link_types is not None else [recs.link_type] * n
     # RC requests and ACKs: (time, record, is ACK, key in the request's orientation, src MAC).
     rc: list[tuple[int, int, bool, tuple[object, ...], bytes]] = []
+    # Linux cooked headers: the packet type (the direction) and SLL2's interface index.
+    pkttypes: list[int] = []
+    interfaces: set[int] = set()
     for idx, (off, caplen, orig, lt, t) in enumerate(
         zip(recs.offs, recs.caps, recs.origs, lts, recs.tns, strict=True)
     ):
+        pkttype = -1
+        if lt == 113 and caplen >= 2:
+            pkttype = int.from_bytes(buf[off : off + 2], "big")
+        elif lt == 276 and caplen >= 11:
+            pkttype = buf[off + 10]
+        pkttypes.append(pkttype if pkttype <= 127 else -1)
+        if lt == 276 and caplen >= 8:
+            interfaces.add(int.from_bytes(buf[off + 4 : off + 8], "big"))
         r = pcap_mod._decode(buf, off, off + caplen, lt)
         if r is None:
             skipped += 1
@@ -1134,7 +1145,9 @@ def _ref_analyse(buf: bytes, recs: _RefRecords) -> Capture:
     counts.update(d for d in dsts if d and not d[0] & 1)
     counts.pop(b"", None)
     local = counts.most_common(1)[0][0] if counts else None
-    is_tx = np.array([s == local for s in srcs], dtype=bool)
+    is_tx = np.array(
+        [s == local if k < 0 else k == 4 for s, k in zip(srcs, pkttypes, strict=True)], dtype=bool
+    )
     timed = [t for t in recs.tns if t is not None]
     ns = 1_000_000_000
     time_ns = np.array([t if t is not None else 0 for t in recs.tns], dtype=np.int64)
@@ -1144,6 +1157,12 @@ def _ref_analyse(buf: bytes, recs: _RefRecords) -> Capture:
     last = max(timed) if timed else None
     length = np.array(recs.origs, dtype=np.int64)
     warn = list(recs.warn)
+    if len(interfaces) > 1:
+        warn.append(
+            f"frames of {len(interfaces)} interfaces (a `-i any` capture) are summed: traffic "
+            "that crosses a bridge, a bond or a tunnel is counted on each interface it crosses; "
+            "capture on the physical NICs for B and D"
+        )
     if skipped:
         warn.append(
             f"{skipped} frames could not be decoded (runt, unsupported link type, or a header "
@@ -1706,3 +1725,32 @@ def test_read_capture_errors_and_mmap_buffers(tmp_path: Path) -> None:
     # The columns are copies, not views of the map: it closed above with them alive.
     assert cols.dest_qp.tolist() == [0x11, 0x11]
     assert read_capture(ok).stats.roce_packets == 3
+
+
+def _sll2(payload: bytes, *, pkttype: int, ifindex: int, mac: bytes) -> bytes:
+    """A frame as `tcpdump -i any` writes it (scapy's Linux cooked v2 header)."""
+    head = CookedLinuxV2(proto=0x0800, ifindex=ifindex, lladdrtype=1, pkttype=pkttype,
+                         lladdrlen=6, src=mac + b"\0\0")  # fmt: skip
+    return bytes(head) + payload
+
+
+def test_cooked_v2_direction_is_the_kernels_packet_type_not_the_mac_guess() -> None:
+    ip = bytes(roce4()[IP])
+    ours, peer = b"\x02\x00\x00\x00\x00\x01", b"\x02\x00\x00\x00\x00\x02"
+    # `tcpdump -i any` on the receiver of a one-way stream: the peer's MAC is the source of
+    # most frames, so the MAC guess takes the peer for the capturing host (tx and rx swapped).
+    frames = [_sll2(ip, pkttype=0, ifindex=3, mac=peer) for _ in range(5)]
+    frames.append(_sll2(ip, pkttype=4, ifindex=3, mac=ours))
+    cap = parse_capture(pcap_bytes([(i, f, len(f)) for i, f in enumerate(frames)], linktype=276))
+    assert cap.is_tx.tolist() == [False] * 5 + [True]
+    assert cap.stats.warnings == ()  # one interface
+
+
+def test_cooked_v2_capture_of_several_interfaces_warns_of_double_counting() -> None:
+    ip = bytes(roce4()[IP])
+    mac = b"\x02\x00\x00\x00\x00\x01"
+    # The same frame on a tunnel device and on the NIC under it, as `-i any` records it.
+    frames = [_sll2(ip, pkttype=4, ifindex=i, mac=mac) for i in (7, 2)]
+    cap = parse_capture(pcap_bytes([(i, f, len(f)) for i, f in enumerate(frames)], linktype=276))
+    assert cap.is_tx.tolist() == [True, True]
+    assert any("2 interfaces" in w and "counted on each" in w for w in cap.stats.warnings)

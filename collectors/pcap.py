@@ -69,10 +69,12 @@ import contextlib
 import mmap
 import socket
 import struct
+import tempfile
+import zlib
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TypeAlias
+from typing import BinaryIO, TypeAlias
 
 import numpy as np
 import numpy.typing as npt
@@ -2112,10 +2114,21 @@ def _parse(buf: _Buf, path: Path) -> Capture:
     elif magic == _PCAPNG_SHB:
         chunks = _scan_pcapng(buf, size, path, meta)
     else:
+        hint = _OTHER_MAGIC.get(magic, "")
         raise InputFormatError(
-            path, f"not a pcap or pcapng file (magic {magic.hex()} is neither pcap nor pcapng)"
+            path,
+            f"not a pcap or pcapng file (magic {magic.hex()} is neither pcap nor pcapng{hint})",
         )
     return _analyse(buf, chunks, meta)
+
+
+#: Capture formats that are not read, and what to do about them (the error message says).
+_OTHER_MAGIC = {
+    b"\xa1\xb2\xcd\x34": "; it is Kuznetzov's modified pcap: `editcap -F pcap` converts it",
+    b"\x34\xcd\xb2\xa1": "; it is Kuznetzov's modified pcap: `editcap -F pcap` converts it",
+}
+_GZIP_MAGIC = b"\x1f\x8b"
+_GZIP_CHUNK = 1 << 20
 
 
 def parse_capture(data: bytes | bytearray | memoryview, *, name: str = "<bytes>") -> Capture:
@@ -2152,6 +2165,8 @@ def read_capture(path: Path) -> Capture:
     path = Path(path)
     try:
         with path.open("rb") as f:
+            if f.peek(2)[:2] == _GZIP_MAGIC:
+                return _read_gzip(f, path)
             try:
                 mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
             except (ValueError, OSError):  # empty file, pipe, or a file system without mmap
@@ -2162,6 +2177,43 @@ def read_capture(path: Path) -> Capture:
                 _close(mm)
     except OSError as exc:
         raise InputFormatError(path, f"cannot read the file: {exc.strerror or exc}") from exc
+
+
+def _read_gzip(f: BinaryIO, path: Path) -> Capture:
+    """A gzip-compressed capture (``.pcap.gz``, as Wireshark reads it), inflated first.
+
+    It goes to an unnamed temporary file, mapped and read from there like any other.
+
+    A compressed stream cut short keeps what it inflated to (the capture reader then says
+    where the last record was cut), with a warning.
+    """
+    cut: str | None = None
+    with tempfile.TemporaryFile() as tmp:
+        inflate = zlib.decompressobj(wbits=31)  # gzip framing
+        try:
+            while data := f.read(_GZIP_CHUNK):
+                while data:
+                    tmp.write(inflate.decompress(data))
+                    data = inflate.unused_data  # a next gzip member (files concatenated)
+                    if data:
+                        inflate = zlib.decompressobj(wbits=31)
+            if not inflate.eof:
+                cut = "the gzip stream ends early (a cut download or copy?): read what it held"
+        except zlib.error as exc:
+            raise InputFormatError(
+                path, f"gzip-compressed, but it does not inflate: {exc}"
+            ) from exc
+        tmp.flush()
+        if tmp.tell() == 0:
+            raise InputFormatError(path, "gzip-compressed, but it inflates to nothing")
+        mm = mmap.mmap(tmp.fileno(), 0, access=mmap.ACCESS_READ)
+        try:
+            capture = _parse(mm, path)
+        finally:
+            _close(mm)
+    if cut is None:
+        return capture
+    return replace(capture, stats=replace(capture.stats, warnings=(*capture.stats.warnings, cut)))
 
 
 def _close(mm: mmap.mmap) -> None:

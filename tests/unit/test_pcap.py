@@ -8,6 +8,7 @@ it cannot write (nanosecond and big-endian pcap, if_tsresol, SPB/OPB, several se
 from __future__ import annotations
 
 import contextlib
+import gzip
 import struct
 from pathlib import Path
 
@@ -1754,3 +1755,29 @@ def test_cooked_v2_capture_of_several_interfaces_warns_of_double_counting() -> N
     cap = parse_capture(pcap_bytes([(i, f, len(f)) for i, f in enumerate(frames)], linktype=276))
     assert cap.is_tx.tolist() == [True, True]
     assert any("2 interfaces" in w and "counted on each" in w for w in cap.stats.warnings)
+
+
+def test_gzip_compressed_capture_reads_as_the_plain_one(tmp_path: Path) -> None:
+    frames = mixed_frames()
+    data = pcap_bytes([(1_000_000 * i, f, n) for i, (f, n) in enumerate(frames)])
+    plain, packed = tmp_path / "c.pcap", tmp_path / "c.pcap.gz"
+    plain.write_bytes(data)
+    packed.write_bytes(gzip.compress(data))
+    assert_same_capture(read_capture(packed), read_capture(plain))
+    # A compressed stream cut short: what it held is read, and the output says so.
+    cut = tmp_path / "cut.pcap.gz"
+    cut.write_bytes(gzip.compress(data)[: len(gzip.compress(data)) * 2 // 3])
+    cap = read_capture(cut)
+    assert 0 < cap.stats.packets < len(frames)
+    assert any("gzip stream ends early" in w for w in cap.stats.warnings)
+    bad = tmp_path / "bad.pcap.gz"
+    bad.write_bytes(b"\x1f\x8b" + b"\xff" * 40)
+    with pytest.raises(InputFormatError, match="gzip-compressed, but it does not inflate"):
+        read_capture(bad)
+
+
+def test_modified_pcap_is_named_with_its_conversion() -> None:
+    data = bytearray(pcap_bytes([(1, b"\x00" * 60, 60)], nano=False))
+    data[0:4] = b"\x34\xcd\xb2\xa1"  # editcap -F modpcap, little-endian
+    with pytest.raises(InputFormatError, match=r"modified pcap: `editcap -F pcap` converts it"):
+        parse_capture(bytes(data))

@@ -1929,25 +1929,29 @@ def _first_index(values: _U64, wanted: _U64) -> _I64:
     return first
 
 
-def _local_mac(src: _U64, has_src: _Bool, dst: _U64, has_dst: _Bool) -> int | None:
+def _local_mac(src: _U64, has_src: _Bool, dst: _U64, has_dst: _Bool) -> tuple[int | None, bool]:
     """The MAC seen in the most frames, as source or unicast destination: the capturing host.
 
     Ties go to the MAC seen first, sources before destinations (the order in which the
-    per-frame reader this replaces met them).
+    per-frame reader this replaces met them). Also says whether the choice is a guess: when
+    a second MAC is seen within 1 % as often, the capture is between two hosts only, where
+    every unicast frame counts once for each and only the odd broadcast decides.
     """
     srcs = src[has_src]
     dsts = dst[has_dst & ((dst >> np.uint64(40)) & np.uint64(1) == 0)]
     macs = np.concatenate([srcs, dsts])
     if macs.size == 0:
-        return None
+        return None, False
     values, counts = np.unique(macs, return_counts=True)
-    tied = values[counts == counts.max()]
+    best = int(counts.max())
+    close = int(np.count_nonzero(counts >= 0.99 * best)) > 1 and best >= 100
+    tied = values[counts == best]
     if tied.size == 1:
-        return int(tied[0])
+        return int(tied[0]), close
     first_src = _first_index(srcs, tied)
     first_dst = _first_index(dsts, tied)
     order = np.where(first_src < srcs.size, first_src, srcs.size + first_dst)
-    return int(tied[int(np.argmin(order))])
+    return int(tied[int(np.argmin(order))]), close
 
 
 @dataclass(slots=True)
@@ -2037,8 +2041,8 @@ def _analyse(buf: _Buf, chunks: Iterable[_Chunk], meta: _Meta) -> Capture:
     timed = tot.column("timed", np.bool_)
     src = tot.column("src_mac", np.uint64)
     has_src = tot.column("has_src_mac", np.bool_)
-    local = _local_mac(src, has_src, tot.column("dst_mac", np.uint64),
-                       tot.column("has_dst_mac", np.bool_))  # fmt: skip
+    local, guessed = _local_mac(src, has_src, tot.column("dst_mac", np.uint64),
+                                tot.column("has_dst_mac", np.bool_))  # fmt: skip
     is_tx = has_src & (src == np.uint64(local)) if local is not None else np.zeros(n, dtype=bool)
     # A Linux cooked capture (`tcpdump -i any`) says which frames the host sent: that beats
     # the MAC guess, which two hosts talking only to each other leave to chance.
@@ -2059,6 +2063,11 @@ def _analyse(buf: _Buf, chunks: Iterable[_Chunk], meta: _Meta) -> Capture:
     qps = _count_keys(tot.qps)
     samples = matcher.result(local)
     warn = list(meta.warn)
+    if guessed and not typed.all():
+        warn.append(
+            "two hosts only: which MAC is the capturing host's is a guess, so tx and rx may be "
+            "swapped (a cooked capture, `tcpdump -i any`, records the direction)"
+        )
     if len(tot.interfaces) > 1:
         warn.append(
             f"frames of {len(tot.interfaces)} interfaces (a `-i any` capture) are summed: "

@@ -1146,6 +1146,8 @@ def _ref_analyse(buf: bytes, recs: _RefRecords) -> Capture:
     counts.update(d for d in dsts if d and not d[0] & 1)
     counts.pop(b"", None)
     local = counts.most_common(1)[0][0] if counts else None
+    best = max(counts.values(), default=0)
+    guessed = best >= 100 and sum(v >= 0.99 * best for v in counts.values()) > 1
     is_tx = np.array(
         [s == local if k < 0 else k == 4 for s, k in zip(srcs, pkttypes, strict=True)], dtype=bool
     )
@@ -1158,6 +1160,11 @@ def _ref_analyse(buf: bytes, recs: _RefRecords) -> Capture:
     last = max(timed) if timed else None
     length = np.array(recs.origs, dtype=np.int64)
     warn = list(recs.warn)
+    if guessed and not all(k >= 0 for k in pkttypes):
+        warn.append(
+            "two hosts only: which MAC is the capturing host's is a guess, so tx and rx may be "
+            "swapped (a cooked capture, `tcpdump -i any`, records the direction)"
+        )
     if len(interfaces) > 1:
         warn.append(
             f"frames of {len(interfaces)} interfaces (a `-i any` capture) are summed: traffic "
@@ -1781,3 +1788,19 @@ def test_modified_pcap_is_named_with_its_conversion() -> None:
     data[0:4] = b"\x34\xcd\xb2\xa1"  # editcap -F modpcap, little-endian
     with pytest.raises(InputFormatError, match=r"modified pcap: `editcap -F pcap` converts it"):
         parse_capture(bytes(data))
+
+
+def test_a_capture_between_two_hosts_says_its_direction_is_a_guess() -> None:
+    # Every unicast frame counts once for each MAC: only the odd broadcast decides which one
+    # is "this host", so tx and rx may be swapped, and the reader says so.
+    out = bytes(Ether(src=LOCAL_MAC, dst=PEER_MAC) / roce4()[IP])
+    back = bytes(Ether(src=PEER_MAC, dst=LOCAL_MAC) / ack4(0x1F)[IP])
+    frames = [out] * 150 + [back] * 20
+    cap = parse_capture(pcap_bytes([(i, f, len(f)) for i, f in enumerate(frames)]))
+    assert any(w.startswith("two hosts only") for w in cap.stats.warnings)
+    # A third host makes the capturing one plain: it is in every conversation.
+    third = bytes(Ether(src=LOCAL_MAC, dst=OTHER_MAC) / roce4(dst=Q4)[IP])
+    frames += [third] * 30
+    cap = parse_capture(pcap_bytes([(i, f, len(f)) for i, f in enumerate(frames)]))
+    assert cap.stats.local_mac == LOCAL_MAC
+    assert not any(w.startswith("two hosts only") for w in cap.stats.warnings)

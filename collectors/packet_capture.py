@@ -67,6 +67,7 @@ from collectors.nic_counters import parse_speed
 from collectors.pcap import (
     LINKTYPE_ETHERNET,
     LINKTYPE_RAW,
+    PACKET_OUTGOING,
     LiveAckMatcher,
     ack_counts,
     decode_columns,
@@ -92,7 +93,6 @@ PACKET_VERSION = 10
 TPACKET_V3 = 2
 ETH_P_ALL = 0x0003
 SO_ATTACH_FILTER = 26
-PACKET_OUTGOING = 4
 TP_STATUS_KERNEL = 0
 TP_STATUS_USER = 1
 TP_STATUS_VLAN_VALID = 0x10

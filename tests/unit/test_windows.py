@@ -23,19 +23,35 @@ def test_ring_keeps_the_newest_rows_in_order() -> None:
     assert r.view()[:, 0].tolist() == [4, 5]
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=300, deadline=None)
 @given(
     capacity=st.integers(2, 12),
     times=st.lists(st.floats(0, 100, allow_nan=False), max_size=40),
     t=st.one_of(st.none(), st.floats(-1, 101, allow_nan=False)),
+    order=st.sampled_from(["as drawn", "sorted", "sorted, one late row"]),
+    batches=st.lists(st.integers(1, 15), max_size=6),
 )
 def test_ring_since_and_first_equal_filtering_the_whole_view(
-    capacity: int, times: list[float], t: float | None
+    capacity: int,
+    times: list[float],
+    t: float | None,
+    order: str,
+    batches: list[int],
 ) -> None:
-    # Windows read "the rows since t" every hop; only those rows are copied, the same ones.
+    # Windows read "the rows since t" every hop; only those rows are copied, the same ones,
+    # whether the times came in order (since bisects) or not (since compares every row).
+    if order != "as drawn":
+        times = sorted(times)
+    if order == "sorted, one late row" and len(times) > 2:
+        times.insert(len(times) // 2, times.pop())
     r = Ring(capacity, 2)
-    for i, x in enumerate(times):
-        r.append((x, i))
+    rows = [(x, float(i)) for i, x in enumerate(times)]
+    at = 0
+    for size in batches:  # some rows come in batches (extend), the rest one by one
+        r.extend(np.array(rows[at : at + size], dtype=np.float64).reshape(-1, 2))
+        at += size
+    for row in rows[at:]:
+        r.append(row)
     whole = r.view()
     expected = whole if t is None else whole[whole[:, 0] >= t]
     np.testing.assert_array_equal(r.since(t), expected)

@@ -24,7 +24,7 @@ from agent.estimate import (
     GpuSamples,
     estimate,
 )
-from agent.rates import Direction, GridSeries, direction_grids, nominal_interval
+from agent.rates import Direction, GridSeries, active_span, direction_grids, nominal_interval
 from agent.regime_params import CallTable, arrivals_of, sharding_of, sparse_ops_of
 from collectors._base import CallKey
 from collectors.counters_csv import read_counters_csv
@@ -212,14 +212,38 @@ def communicators(summary: NcclLogSummary) -> list[dict[str, Any]]:
     return sorted(out, key=lambda r: (-(r["nranks"] or 0), -r["calls"], r["comm"]))
 
 
-def _frame_spacing(captures: Sequence[Capture]) -> float:
-    """Median time between consecutive frames of the busier direction, all files pooled.
+def _without_idle_ends(network: dict[Direction, GridSeries]) -> dict[Direction, GridSeries]:
+    """Every direction cut to the traffic's span (see ``active_span``).
 
-    Bursty traffic sends most of its frames inside bursts, so this is the spacing there.
+    A recording of a job from its start-up to after its end, a capture with quiet minutes
+    around it: only the job's part is estimated.
+    """
+    grids = list(network.values())
+    if not grids or any(g.rate.shape != grids[0].rate.shape or g.t0 != grids[0].t0 for g in grids):
+        return network
+    i0, i1 = active_span(np.sum([g.rate for g in grids], axis=0))
+    if (i0, i1) == (0, grids[0].rate.size):
+        return network
+    return {d: g.sliced(i0, i1) for d, g in network.items()}
+
+
+def _frame_spacing(captures: Sequence[Capture]) -> float:
+    """Median time between consecutive frames that carry the bytes of the busier direction.
+
+    Bursty traffic sends most of its frames inside bursts, so this is the spacing there. The
+    frames are those of at least half the byte-weighted median length: pure ACKs between TSO
+    super-frames (a TCP transfer's other half) would halve the spacing and the bins with it.
     """
     tx = sum(int(c.length[c.is_tx].sum()) for c in captures)
     rx = sum(int(c.length[~c.is_tx].sum()) for c in captures)
-    times = np.concatenate([c.time_s[c.is_tx == (tx >= rx)] for c in captures])
+    pick = [c.is_tx == (tx >= rx) for c in captures]
+    lengths = np.concatenate([c.length[k] for c, k in zip(captures, pick, strict=True)])
+    if lengths.size < 2:
+        return 0.0
+    order = np.sort(lengths)
+    weighted_median = float(order[np.searchsorted(np.cumsum(order), 0.5 * order.sum())])
+    big = [k & (c.length >= 0.5 * weighted_median) for c, k in zip(captures, pick, strict=True)]
+    times = np.concatenate([c.time_s[k] for c, k in zip(captures, big, strict=True)])
     times = np.sort(times[np.isfinite(times)])
     gaps = np.diff(times)
     gaps = gaps[gaps > 0]
@@ -301,6 +325,7 @@ def analyze_files(
         # The finer series wins: B needs samples shorter than the bursts.
         if counter_dt is None or pcap_grids["tx"].dt < counter_dt:
             network, network_source = pcap_grids, "pcap"
+    network = _without_idle_ends(network)
     gpu_samples = _gpu(gpu) if gpu else None
     if gpu:
         sources["gpu"] = [str(p) for p in gpu]

@@ -17,7 +17,7 @@ import numpy.typing as npt
 
 from agent.bursts import BurstStats, burst_stats
 from agent.period import DetectorSettings, PeriodResult, estimate_period
-from agent.rates import Direction, GridSeries, spread_slots
+from agent.rates import Direction, GridSeries, active_span, spread_slots
 from agent.regime import IDLE_BYTES_PER_S, RegimeFeatures, classify_regime, collective_shares
 from agent.separation import DutySplit, best_signal, gpu_windows, split_duty
 
@@ -316,6 +316,11 @@ def estimate(
     chosen = busier_direction(inputs.network) if inputs.network else None
     if chosen is not None:
         direction, full_grid = chosen
+        # Idle before the traffic (a job that started in the window) is cut; idle after it is
+        # not: live, the end of the window is now, and traffic that stopped must show.
+        start, _ = active_span(full_grid.rate)
+        if start:
+            full_grid = full_grid.sliced(start, full_grid.rate.size)
         period = estimate_period(
             full_grid.rate,
             full_grid.dt,
@@ -430,7 +435,11 @@ def estimate(
         gpu_activity=activity,
         bursts_per_period=bursts_per_period,
         burst_resolved=bool(bursts is not None and bursts.resolved),
-        period_cycles=period.cycles if period is not None else 0.0,
+        # Periods the estimate covers (the detector's own count is of one pyramid level's
+        # window, which can be a fraction of it).
+        period_cycles=(
+            duration / t if t and duration > 0 else period.cycles if period is not None else 0.0
+        ),
         period_method=period.method if period is not None else "none",
         window_s=duration,
         warnings=tuple(warnings),

@@ -25,6 +25,7 @@ import numpy as np
 import numpy.typing as npt
 
 from agent.levels import boxcar
+from agent.quantiles import percentiles
 
 __all__ = [
     "Direction",
@@ -88,6 +89,52 @@ class GridSeries:
     def duration_s(self) -> float:
         """Length of the grid in seconds."""
         return float(self.rate.size * self.dt)
+
+    def sliced(self, i0: int, i1: int) -> GridSeries:
+        """Slots ``i0`` to ``i1`` (exclusive) as a grid of their own (polls kept whole)."""
+        return GridSeries(
+            t0=self.t0 + i0 * self.dt,
+            dt=self.dt,
+            rate=self.rate[i0:i1],
+            valid=self.valid[i0:i1],
+            resets=self.resets,
+            wraps=self.wraps,
+            polls=self.polls,
+        )
+
+
+#: A slot below this fraction of the traffic's high level (its 99th percentile) is idle.
+IDLE_FRACTION = 0.05
+
+
+def active_span(rate: FloatArray) -> tuple[int, int]:
+    """Slots ``[i0, i1)`` without the idle stretch before the traffic and the one after it.
+
+    A recording that starts before a job (its start-up: imports, rendezvous) or runs on after
+    it, a capture with a stray ARP frame minutes away: such idle, next to traffic of high duty
+    cycle, is most of what the autocorrelation sees, and hides the period. An idle stretch at
+    either end is cut only when it is longer than twice the longest one inside the traffic
+    (an off phase of the job), keeping one such off phase, so that the first burst still has
+    its rising edge. Unknown (NaN) slots are not idle. Returns ``(0, n)`` when nothing is cut.
+    """
+    n = rate.size
+    finite = rate[np.isfinite(rate)]
+    if finite.size == 0:
+        return 0, n
+    high = float(percentiles(finite, [99.0])[0])
+    if high <= 0:
+        return 0, n
+    busy = np.flatnonzero(~(rate <= IDLE_FRACTION * high))  # NaN counts as busy
+    if busy.size < 2:
+        return 0, n
+    first, last = int(busy[0]), int(busy[-1])
+    gaps = np.diff(busy) - 1
+    inner = int(gaps.max()) if gaps.size else 0
+    keep = max(1, inner)
+    head, tail = first, n - 1 - last
+    i0 = first - keep if head > max(2 * inner, 8) else 0
+    i1 = last + 1 + keep if tail > max(2 * inner, 8) else n
+    return i0, i1
 
 
 _DIRECTION_WORDS = {"tx": "tx", "xmit": "tx", "transmit": "tx", "rx": "rx", "rcv": "rx",
@@ -385,8 +432,10 @@ def direction_grids(
 
 
 __all__ += [
+    "IDLE_FRACTION",
     "MAX_SPREAD_INTERVALS",
     "PollIntervals",
+    "active_span",
     "direction_grids",
     "spread_slots",
     "stale_reads",

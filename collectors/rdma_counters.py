@@ -511,6 +511,7 @@ class _RdmaSweeper:
         return out
 
     def _decode_row(self, raw: list[bytes], values: dict[str, int]) -> None:
+        """One kept poll's raw reads (in ``_fds`` order) into ``values``, port by port."""
         it = iter(raw)
         for r in self.readers:
             files = r.data_files

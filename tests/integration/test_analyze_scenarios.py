@@ -16,6 +16,7 @@ from agent.cli import main
 from agent.simulator.files import simulate_to_dir
 from agent.simulator.nccl_writer import LoggedCall, render_nccl_log
 from agent.simulator.params import JobParams
+from agent.simulator.sampling import Cumulative
 
 CONTRACT_KEYS = {
     "period_s",
@@ -421,3 +422,26 @@ def test_inference_has_no_sharding(tmp_path: Path, capsys: pytest.CaptureFixture
     _inference_run(tmp_path, seed=1, duration_s=60)
     assert _analyze(capsys, *_all_files(tmp_path))["sharding"] is None
     assert _analyze(capsys, "--counters", str(tmp_path / "counters.csv"))["sharding"] is None
+
+
+def test_a_recording_from_the_jobs_start_up_to_after_its_end(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # `commpulse record` started before a communication-bound job (D = 0.8) and stopped after
+    # it: 12 s of start-up idle, 28 s of steps, 10 s of idle. The idle at both ends hid the
+    # period (no T, regime "inference"); analyze estimates the job's own span.
+    from tests.signals import periodic_bursts
+
+    bursts, realised = periodic_bursts(0.57, 0.8, 28.0, rate=4.8e7, seed=3)
+    bursts[:, :2] += 12.0
+    bursts = bursts[bursts[:, 1] <= 40.0]
+    times = np.arange(0.0, 50.0, 0.01)
+    cum = np.rint(Cumulative(bursts[:, :2], bursts[:, 2]).at(times)).astype(np.int64)
+    path = tmp_path / "counters.csv"
+    rows = "".join(f"{t:.2f},{c}\n" for t, c in zip(times, cum, strict=True))
+    path.write_text("time,eth0_tx_bytes\n" + rows)
+    out = _analyze(capsys, "--counters", str(path))
+    assert out["period_s"] == pytest.approx(realised, rel=0.01)
+    assert out["duty_cycle"] == pytest.approx(0.8, abs=0.03)
+    assert out["regime"] == "training"
+    assert out["window_s"] < 32.0  # the job's span, not the recording's 50 s

@@ -8,6 +8,7 @@ The captures are real-format nanosecond pcaps written by the simulator's RoCEv2 
 from __future__ import annotations
 
 import json
+import struct
 from pathlib import Path
 from typing import Any
 
@@ -86,6 +87,42 @@ def test_sparse_super_frames_get_bins_that_hold_several(
     out = _analyze(capsys, _write(tmp_path / "tso.pcap", _bursts(), frame_bytes=65_000))
     _check(out)
     assert out["capture"]["bin_s"] >= 0.02  # 8 frames of 3.2 ms, as a 1-2-5 step
+
+
+def _udp_frame(src_port: int) -> bytes:
+    """The first 42 bytes of an Ethernet/IPv4/UDP frame from this host to its peer."""
+    eth = bytes.fromhex("0200000000020200000000010800")
+    ip = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 28, 0, 0, 64, 17, 0,
+                     bytes([10, 0, 0, 1]), bytes([10, 0, 0, 2]))  # fmt: skip
+    return eth + ip + struct.pack("!HHHH", src_port, 9000, 8, 0)
+
+
+def test_small_frames_between_the_super_frames_do_not_shrink_the_bins(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A TCP transfer in both directions (DDP over gloo on a veth): the host's 65 kB GSO frames
+    # go out with twice as many small frames (pure ACKs) between them. Spaced by all frames,
+    # the bins were 2 ms and swung between one and two super-frames: 18 "bursts" a step.
+    big, small = _udp_frame(5000), _udp_frame(5001)
+    spacing = 65_000 / RATE
+    records = []
+    for start, end, _ in _bursts():
+        for t in np.arange(start, end, spacing).tolist():
+            records += [
+                (t, big, 65_000),
+                (t + spacing / 3, small, 80),
+                (t + 2 * spacing / 3, small, 80),
+            ]
+    out = bytearray(struct.pack("<IHHiIII", 0xA1B23C4D, 2, 4, 0, 0, 96, 1))
+    for t, frame, orig in records:
+        sec, ns = divmod(round((1.78e9 + t) * 1e9), 1_000_000_000)
+        out += struct.pack("<IIII", sec, ns, len(frame), orig) + frame
+    path = tmp_path / "gso.pcap"
+    path.write_bytes(bytes(out))
+    got = _analyze(capsys, path)
+    _check(got)
+    assert got["capture"]["bin_s"] >= 0.02
+    assert got["bursts_per_period"] == pytest.approx(1.0, abs=0.2)
 
 
 def test_truncated_file_is_named_and_warned_about(

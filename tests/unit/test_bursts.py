@@ -205,3 +205,16 @@ def test_polls_aligned_with_the_grid_give_the_slot_result() -> None:
     assert with_polls.burst_bandwidth == pytest.approx(slots.burst_bandwidth, rel=1e-9)
     assert with_polls.off_level == pytest.approx(slots.off_level, rel=1e-9)
     assert with_polls.on_ratio == pytest.approx(slots.on_ratio, rel=1e-9)
+
+
+def test_a_busy_job_after_a_long_idle_start_is_found() -> None:
+    # A communication-bound job (D = 0.8, T = 0.57 s) that started 12 s into a 40 s window
+    # (its own start-up: imports, rendezvous). The idle lead-in dominated the autocorrelation:
+    # no period, regime "inference" (a real DDP job recorded with `commpulse record`).
+    x, realised = square_wave(0.57, 0.8, 100.0, 28.0, noise=0.01)
+    rate = np.r_[np.zeros(1200), x] * 4.8e7
+    grid = GridSeries(t0=0.0, dt=0.01, rate=rate, valid=np.ones(rate.size, dtype=bool))
+    est = estimate(EstimateInputs(network={"tx": grid}, network_source="counters"))
+    assert est.period_s == pytest.approx(realised, rel=0.01)
+    assert est.duty_cycle == pytest.approx(0.8, abs=0.03)
+    assert est.regime == "training"

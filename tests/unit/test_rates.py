@@ -10,6 +10,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from agent.rates import (
+    active_span,
     column_direction,
     counter_delta,
     counter_deltas,
@@ -177,3 +178,24 @@ def test_genuine_short_gaps_are_not_taken_for_stale_reads() -> None:
     # A layer train: 3 polls on, 1 poll off, counters refreshed at every poll.
     deltas = np.tile([5.0, 5.0, 5.0, 0.0], 100)
     assert not stale_reads(deltas).any()
+
+
+# -- the traffic's span: idle before and after it ---------------------------------------------
+
+
+def test_active_span_cuts_long_idle_at_both_ends_and_keeps_one_off_phase() -> None:
+    on = np.tile(np.r_[np.ones(8), np.zeros(2)], 30)  # D = 0.8, off phases of 2 slots
+    x = np.r_[np.zeros(500), on, np.zeros(300)]
+    x[100] = 0.01  # a stray frame in the lead-in: below 5 % of the traffic's level
+    i0, i1 = active_span(x)
+    assert (i0, i1) == (500 - 2, 500 + on.size - 2 + 2)  # the last burst ends 2 slots early
+    assert x[i0 : i0 + 2].tolist() == [0.0, 0.0]  # the first burst keeps its rising edge
+
+
+def test_active_span_leaves_off_phases_and_unknown_slots_alone() -> None:
+    on = np.tile(np.r_[np.ones(3), np.zeros(7)], 30)  # D = 0.3: off phases of 7 slots
+    x = np.r_[np.zeros(12), on]  # a lead-in shorter than two off phases: part of the pattern
+    assert active_span(x) == (0, x.size)
+    x = np.r_[np.full(400, np.nan), on]  # slots nobody read are not idle
+    assert active_span(x) == (0, x.size)
+    assert active_span(np.zeros(50)) == (0, 50)

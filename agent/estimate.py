@@ -209,15 +209,7 @@ def whole_periods(grid: GridSeries, period: PeriodResult) -> GridSeries:
     i1 = int(np.floor((float(edges[-1]) - grid.t0) / grid.dt))
     if i0 < 0 or i1 > grid.rate.size or i1 - i0 < 16:
         return grid
-    return GridSeries(
-        t0=grid.t0 + i0 * grid.dt,
-        dt=grid.dt,
-        rate=grid.rate[i0:i1],
-        valid=grid.valid[i0:i1],
-        resets=grid.resets,
-        wraps=grid.wraps,
-        polls=grid.polls,
-    )
+    return grid.sliced(i0, i1)
 
 
 def _events_series(times: FloatArray, weights: FloatArray) -> tuple[FloatArray, float, float]:

@@ -162,8 +162,7 @@ _PREFIX_RE: Final = _rx(
 # The COLL message, 2.3.7 → master: "%s: opCount %lx sendbuff %p recvbuff %p count %zi
 # datatype %d op %d root %d comm %p [nranks=%d] stream %p" (%zu from 2.22.3). RCCL adds
 # " acc %p" after recvbuff (2.2x, src/enqueue.cc) and appends " task %d globalrank %d", hence
-# no end anchor. The stream is optional so a record cut by a
-# glued neighbour still counts.
+# no end anchor. The stream is optional so a record cut by a glued neighbour still counts.
 _COLL_BODY = (
     r"(?P<op>[A-Za-z]{1,64}): opCount (?P<opcount>[0-9a-fA-F]{1,16})"
     r" sendbuff (?P<sendbuff>" + _PTR + r") recvbuff (?P<recvbuff>" + _PTR + r")"

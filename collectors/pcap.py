@@ -1934,8 +1934,9 @@ def _local_mac(src: _U64, has_src: _Bool, dst: _U64, has_dst: _Bool) -> tuple[in
 
     Ties go to the MAC seen first, sources before destinations (the order in which the
     per-frame reader this replaces met them). Also says whether the choice is a guess: when
-    a second MAC is seen within 1 % as often, the capture is between two hosts only, where
-    every unicast frame counts once for each and only the odd broadcast decides.
+    a second MAC is seen within 1 % as often (over 100 frames or more), the capture is
+    between two hosts only, where every unicast frame counts once for each and only the odd
+    broadcast decides.
     """
     srcs = src[has_src]
     dsts = dst[has_dst & ((dst >> np.uint64(40)) & np.uint64(1) == 0)]

@@ -75,9 +75,28 @@ def test_pipeline_estimates_and_isolates_a_failing_source() -> None:
         on_snapshot=seen.append,
     )  # fmt: skip
 
+    def settled() -> bool:
+        snap = store.latest()
+        broken_errors = {h.name: h.errors for h in snap.sources}.get("broken", 0) if snap else 0
+        return (
+            snap is not None
+            and snap.estimate is not None
+            and snap.estimate.period_s is not None
+            and abs(snap.estimate.period_s / 0.5 - 1.0) <= 0.02
+            and len(seen) >= 8
+            and broken_errors >= 3
+        )
+
     async def main() -> None:
-        asyncio.get_running_loop().call_later(6.0, pipeline.stop)
-        await pipeline.run()
+        # At least 6 s; then until it has settled (a loaded machine runs the real-time square
+        # wave and the estimator late), at most 20 s.
+        loop = asyncio.get_running_loop()
+        task = asyncio.create_task(pipeline.run())
+        start = loop.time()
+        while loop.time() - start < 20.0 and not (loop.time() - start >= 6.0 and settled()):
+            await asyncio.sleep(0.25)
+        pipeline.stop()
+        await task
 
     asyncio.run(main())
     snap = store.latest()

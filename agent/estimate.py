@@ -165,15 +165,18 @@ def busier_direction(
     return best
 
 
-def _last_burst_end(grid: GridSeries, bursts: BurstStats) -> float | None:
+def _last_burst_end(grid: GridSeries, bursts: BurstStats, floor: float) -> float | None:
     """End of the newest grid slot above the on/off midpoint, in the grid's time base.
 
     Taken on the whole window (not the whole-period cut), so that "seconds since the last
-    burst" grows from the moment a job stops talking.
+    burst" grows from the moment a job stops talking. A slot below ``floor`` (the idle rate)
+    never counts: once the job's bursts have left the window, the two levels of what remains
+    are management chatter (ARP, a teardown's last packets), which must not keep a stalled
+    job's last burst moving.
     """
     if not bursts.has_bursts:
         return None
-    threshold = 0.5 * (bursts.on_level + bursts.off_level)
+    threshold = max(0.5 * (bursts.on_level + bursts.off_level), floor)
     above = np.flatnonzero(grid.valid & (grid.rate > threshold))
     if above.size == 0:
         return None
@@ -323,7 +326,7 @@ def estimate(
         period_source = inputs.network_source
         grid = whole_periods(full_grid, period)
         bursts = burst_stats(grid.rate, grid.dt, period.period_s, polls=grid.polls, t0=grid.t0)
-        last_burst_end = _last_burst_end(full_grid, bursts)
+        last_burst_end = _last_burst_end(full_grid, bursts, idle_bytes_per_s)
         if grid.resets:
             warnings.append(f"{grid.resets} counter reset(s): those intervals were left out")
     elif mix is not None:

@@ -218,3 +218,20 @@ def test_a_busy_job_after_a_long_idle_start_is_found() -> None:
     assert est.period_s == pytest.approx(realised, rel=0.01)
     assert est.duty_cycle == pytest.approx(0.8, abs=0.03)
     assert est.regime == "training"
+
+
+def test_chatter_after_a_job_is_not_a_burst() -> None:
+    # The window after a job ended: three 264-byte packets (a teardown, keep-alives) in 10 ms
+    # slots. Its two levels are those packets and nothing; they used to count as bursts and
+    # move the last burst's time, which a stalled job's alert waits on.
+    rate = np.zeros(600)
+    rate[[100, 300, 500]] = 26_400.0
+    grid = GridSeries(t0=0.0, dt=0.01, rate=rate, valid=np.ones(rate.size, dtype=bool))
+    est = estimate(EstimateInputs(network={"tx": grid}, network_source="counters"))
+    assert est.last_burst_end_s is None
+    # The job's own bursts still count, to the slot where the last one ended.
+    x, _ = square_wave(0.5, 0.3, 100.0, 10.0)
+    job = GridSeries(t0=0.0, dt=0.01, rate=x * 4.8e7, valid=np.ones(x.size, dtype=bool))
+    est = estimate(EstimateInputs(network={"tx": job}, network_source="counters"))
+    last_on = float(np.flatnonzero(x > 0.5)[-1] + 1) * 0.01
+    assert est.last_burst_end_s == pytest.approx(last_on, abs=1e-9)

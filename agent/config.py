@@ -80,7 +80,11 @@ class AgentSection:
         "Readings buffered between sources and windows, an equal share per source (a flooding "
         "source loses its own readings); overflow is counted.",
     )
-    idle_bytes_per_s: float = doc(10e6, "Below this mean rate, with no period, the host is idle.")
+    idle_bytes_per_s: float = doc(
+        10e6,
+        "Below this mean rate, with no period, the host is idle; traffic that never reaches it "
+        "(heartbeats, management chatter) has no period and no bursts.",
+    )
     collective_latency_s: float = doc(
         10e-6,
         "Latency of one small collective on this fabric, for the fine-tuning latency share "

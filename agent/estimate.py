@@ -316,13 +316,19 @@ def estimate(
         start, _ = active_span(full_grid.rate)
         if start:
             full_grid = full_grid.sliced(start, full_grid.rate.size)
-        period = estimate_period(
-            full_grid.rate,
-            full_grid.dt,
-            t0=full_grid.t0,
-            settings=cfg,
-            untimed=spread_slots(full_grid),
-        )
+        peak = float(np.nanmax(full_grid.rate)) if np.isfinite(full_grid.rate).any() else 0.0
+        if peak < idle_bytes_per_s:
+            # Heartbeats and management chatter can repeat like clockwork (three keep-alives
+            # 2 s apart read as a 2 s "training" period); a job's collectives run far faster.
+            period = PeriodResult(None, 0.0)
+        else:
+            period = estimate_period(
+                full_grid.rate,
+                full_grid.dt,
+                t0=full_grid.t0,
+                settings=cfg,
+                untimed=spread_slots(full_grid),
+            )
         period_source = inputs.network_source
         grid = whole_periods(full_grid, period)
         bursts = burst_stats(grid.rate, grid.dt, period.period_s, polls=grid.polls, t0=grid.t0)

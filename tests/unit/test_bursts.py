@@ -229,6 +229,8 @@ def test_chatter_after_a_job_is_not_a_burst() -> None:
     grid = GridSeries(t0=0.0, dt=0.01, rate=rate, valid=np.ones(rate.size, dtype=bool))
     est = estimate(EstimateInputs(network={"tx": grid}, network_source="counters"))
     assert est.last_burst_end_s is None
+    assert est.period_s is None  # keep-alives 2 s apart are no 2 s "training" period
+    assert est.regime == "idle"
     # The job's own bursts still count, to the slot where the last one ended.
     x, _ = square_wave(0.5, 0.3, 100.0, 10.0)
     job = GridSeries(t0=0.0, dt=0.01, rate=x * 4.8e7, valid=np.ones(x.size, dtype=bool))

@@ -316,7 +316,12 @@ def _at_resolution(
         inter_arrival_cv=_cv(inter),
         gap_mean_s=float(gaps.mean()) if gaps.size else None,
         gap_cv=gap_cv,
-        verdict=arrival_verdict(gap_cv),
+        # With a sync period found the traffic is periodic whatever its gaps: several bursts a
+        # step (DDP's gradient buckets) make them alternate, short and long, and read as
+        # "poisson" on a training job.
+        verdict="periodic"
+        if period_s is not None and gap_cv is not None
+        else arrival_verdict(gap_cv),
         busy_ratio=float(durations.sum() / window) if window > 0 else None,
         resolved=resolved,
         notes=tuple(notes),

@@ -93,7 +93,7 @@ def parse_dcgm_metrics(text: str) -> DcgmScrape:
     except (ValueError, TypeError, IndexError) as exc:
         raise InputFormatError("<dcgm-exporter>", f"not a Prometheus exposition: {exc}") from None
     for family in families:
-        mapped = DCGM_FIELDS.get(family.name)
+        mapped = DCGM_FIELDS.get(family.name.upper())  # some relabelled exporters lower-case it
         if mapped is None:
             continue
         signal, factor = mapped

@@ -6,7 +6,11 @@ Two layouts are accepted (DESIGN.md, "GPU CSV"):
   100``: header ``timestamp, index, utilization.gpu [%]`` (``nounits`` drops the ``[%]``),
   rows ``2026/01/01 00:00:00.123, 0, 97 %``. With ``noheader`` the columns are taken in the
   order ``timestamp, index, utilization.gpu``. Extra columns are allowed and ignored unless
-  they are a known signal. ``[N/A]`` / ``[Not Supported]`` cells are missing values.
+  they are a known signal. ``[N/A]`` / ``[Not Supported]`` cells are missing values. Without an
+  ``index`` column the GPUs are told apart by ``pci.bus_id`` or ``uuid`` (numbered in order of
+  appearance), else the rows that share a timestamp are GPUs 0, 1, ... in order (nvidia-smi
+  prints them so). Header lines repeated by a logging loop are skipped, and a UTF-8 byte-order
+  mark is ignored.
 * named: header ``time,gpu,<signal>[,<signal>...]``, ``time`` in seconds, signals named after
   what they measure: ``sm_active``, ``tensor_active``, ``gr_engine_active`` (fractions 0..1)
   or ``util`` (utilization.gpu, percent).
@@ -57,6 +61,11 @@ KNOWN_SIGNALS: dict[str, bool] = {
 #: nvidia-smi query field → our signal name.
 _SMI_FIELDS = {"utilization.gpu": "util"}
 _SMI_DEFAULT = ["timestamp", "index", "utilization.gpu"]
+#: Columns that name a GPU when the query has no ``index``.
+_SMI_IDS = ("pci.bus_id", "uuid")
+#: Above this, a number in the index column of a file without header is no GPU index (a
+#: utilisation in another column order, which would be read silently as GPU 100).
+_MAX_GPU_INDEX = 63
 _MISSING = {"", "[n/a]", "n/a", "[not supported]", "[unknown error]", "[gpu is lost]", "nan"}
 
 
@@ -106,8 +115,10 @@ class _Layout:
     mode: str  # "named" | "smi"
     width: int
     t_col: int
-    g_col: int
+    g_col: int  # -1: no index column (see id_col)
     signals: dict[int, str]
+    id_col: int = -1  # pci.bus_id or uuid when there is no index; -1: by place in a timestamp
+    header: tuple[str, ...] = ()  # the header's field names (to skip it when it comes again)
 
 
 def _layout(cells: list[str], path: Path | str, lineno: int) -> tuple[_Layout, bool]:
@@ -122,8 +133,8 @@ def _layout(cells: list[str], path: Path | str, lineno: int) -> tuple[_Layout, b
                 f"unknown GPU signal column(s) {unknown}; known: {sorted(KNOWN_SIGNALS)}",
                 line=lineno,
             )
-        return _Layout("named", len(fields), 0, 1, signals), True
-    header = "timestamp" in fields and "index" in fields
+        return _Layout("named", len(fields), 0, 1, signals, header=tuple(fields)), True
+    header = "timestamp" in fields
     if not header:
         try:
             _smi_time(cells[0])
@@ -131,14 +142,27 @@ def _layout(cells: list[str], path: Path | str, lineno: int) -> tuple[_Layout, b
             raise InputFormatError(
                 path,
                 "unrecognised GPU CSV header: expected 'time,gpu,<signal>...' or nvidia-smi "
-                "'timestamp, index, utilization.gpu'",
+                "'timestamp, index, utilization.gpu' (a timestamp column is needed)",
                 line=lineno,
             ) from None
+        if len(cells) != len(_SMI_DEFAULT):
+            raise InputFormatError(
+                path,
+                f"no header, so the columns must be nvidia-smi's default query order "
+                f"({', '.join(_SMI_DEFAULT)}), but a row has {len(cells)}: record with a "
+                "header (--format=csv, without noheader)",
+                line=lineno,
+            )
         fields = list(_SMI_DEFAULT)  # noheader: the query order
     signals = {i: _SMI_FIELDS[f] for i, f in enumerate(fields) if f in _SMI_FIELDS}
     if not signals:
         raise InputFormatError(path, "no utilization.gpu column in the nvidia-smi CSV", line=lineno)
-    layout = _Layout("smi", len(fields), fields.index("timestamp"), fields.index("index"), signals)
+    g_col = fields.index("index") if "index" in fields else -1
+    id_col = next((fields.index(f) for f in _SMI_IDS if f in fields), -1)
+    layout = _Layout(
+        "smi", len(fields), fields.index("timestamp"), g_col, signals, id_col,
+        tuple(fields) if header else (),
+    )  # fmt: skip
     return layout, header
 
 
@@ -149,6 +173,9 @@ class GpuCsvParser:
         self._path = path
         self._layout: _Layout | None = None
         self._lineno = 0
+        self._ids: dict[str, int] = {}  # pci.bus_id / uuid → index, without an index column
+        self._last_t = math.nan  # ... or the place of a row among those of one timestamp
+        self._place = 0
 
     @property
     def signals(self) -> tuple[str, ...]:
@@ -158,7 +185,7 @@ class GpuCsvParser:
     def feed(self, raw: str) -> tuple[float, int, dict[str, float]] | None:
         """(time, gpu, signals) for a data row; None for headers, comments and blank lines."""
         self._lineno += 1
-        text = raw.strip()
+        text = raw.strip().lstrip("\ufeff").strip()
         if not text or text.startswith("#"):
             return None
         cells = [c.strip() for c in text.split(",")]
@@ -167,13 +194,15 @@ class GpuCsvParser:
             if was_header:
                 return None
         lay = self._layout
+        if lay.header and tuple(_field_name(c) for c in cells) == lay.header:
+            return None  # the header again: a loop that runs nvidia-smi once a sample
         if len(cells) != lay.width:
             raise InputFormatError(
                 self._path, f"expected {lay.width} fields, found {len(cells)}", line=self._lineno
             )
         try:
             t = float(cells[lay.t_col]) if lay.mode == "named" else _smi_time(cells[lay.t_col])
-            g = int(cells[lay.g_col])
+            g = int(cells[lay.g_col]) if lay.g_col >= 0 else self._gpu_without_index(cells, t)
             values = {
                 name: _value(cells[i], KNOWN_SIGNALS[name]) for i, name in lay.signals.items()
             }
@@ -183,7 +212,24 @@ class GpuCsvParser:
             raise InputFormatError(
                 self._path, "time must be finite and gpu index >= 0", line=self._lineno
             )
+        if lay.mode == "smi" and not lay.header and g > _MAX_GPU_INDEX:
+            raise InputFormatError(
+                self._path,
+                f"no header, so column 2 is read as the GPU index, but it holds {g}: the query "
+                f"was not in the order {', '.join(_SMI_DEFAULT)}; record with a header "
+                "(--format=csv, without noheader)",
+                line=self._lineno,
+            )
         return t, g, values
+
+    def _gpu_without_index(self, cells: list[str], t: float) -> int:
+        """A GPU number for a query without ``index``: by bus id or UUID, else by place."""
+        lay = self._layout
+        if lay is not None and lay.id_col >= 0:
+            return self._ids.setdefault(cells[lay.id_col], len(self._ids))
+        self._place = self._place + 1 if t == self._last_t else 0
+        self._last_t = t
+        return self._place
 
 
 def parse_gpu_csv(lines: Iterable[str], *, path: Path | str = "<gpu>") -> GpuTable:

@@ -69,7 +69,7 @@ def test_counters_reader_errors(tmp_path: Path) -> None:
     with pytest.raises(InputFormatError, match="directory"):
         read_counters_csv(tmp_path)
     binary = tmp_path / "bin.csv"
-    binary.write_bytes(b"\xff\xfe\x00garbage")
+    binary.write_bytes(b"\x80\x81\xfe\x00garbage")  # no UTF-8, and no UTF-16 byte-order mark
     with pytest.raises(InputFormatError, match="not a text file"):
         read_counters_csv(binary)
 
@@ -140,3 +140,48 @@ def test_gpu_reader_errors(tmp_path: Path) -> None:
     empty.write_text("")
     with pytest.raises(InputFormatError, match="empty"):
         read_gpu_csv(empty)
+
+
+# -- nvidia-smi CSV as real logging scripts write it ----------------------------------------------
+
+
+def test_gpu_csv_without_an_index_column_names_gpus_by_bus_id_or_place() -> None:
+    # Popular logging scripts query `timestamp,pci.bus_id,utilization.gpu,...` or leave the GPU
+    # out altogether (a single-GPU box): both used to be refused as "unrecognised header".
+    by_bus = parse_gpu_csv([
+        "timestamp, pci.bus_id, utilization.gpu [%], utilization.memory [%], power.draw [W]",
+        "2022/06/30 15:11:58.136, 00000000:01:00.0, 5 %, 7 %, 3.29 W",
+        "2022/06/30 15:11:58.136, 00000000:41:00.0, 80 %, 7 %, 250.1 W",
+        "2022/06/30 15:11:59.136, 00000000:01:00.0, 6 %, 7 %, 3.31 W",
+    ])  # fmt: skip
+    assert by_bus.gpu.tolist() == [0, 1, 0]
+    assert by_bus.signals["util"].tolist() == pytest.approx([0.05, 0.80, 0.06])
+    by_place = parse_gpu_csv([
+        "timestamp, utilization.gpu [%], utilization.memory [%]",
+        "2024/09/08 13:03:31.000, 100 %, 26 %",
+        "2024/09/08 13:03:31.000, 40 %, 26 %",  # a second GPU in the same sample
+        "2024/09/08 13:03:32.000, 88 %, 22 %",
+    ])  # fmt: skip
+    assert by_place.gpu.tolist() == [0, 1, 0]
+    assert by_place.signals["util"].tolist() == pytest.approx([1.0, 0.4, 0.88])
+
+
+def test_gpu_csv_without_header_in_another_column_order_is_refused_not_misread() -> None:
+    # `--query-gpu=timestamp,utilization.gpu,utilization.memory --format=csv,noheader,nounits`:
+    # the utilisation was read as GPU 100 and the memory share as its activity.
+    with pytest.raises(InputFormatError, match="holds 100: the query was not in the order"):
+        parse_gpu_csv(["2024/09/08 13:03:31.000, 100, 26"])
+    with pytest.raises(InputFormatError, match="a row has 5: record with a header"):
+        parse_gpu_csv(["2024/06/01 11:27:05.177, NVIDIA A100-SXM4-40GB, 0, 4 %, 40960 MiB"])
+
+
+def test_gpu_csv_repeated_header_and_byte_order_marks(tmp_path: Path) -> None:
+    # A `while ...; nvidia-smi --format=csv; sleep` loop prints the header every sample; a
+    # Windows editor adds a UTF-8 mark, and PowerShell 5's `>` writes UTF-16.
+    lines = ["timestamp, index, utilization.gpu [%]", "2020/11/12 13:48:11.412, 0, 99 %"] * 3
+    t = parse_gpu_csv(["\ufeff" + lines[0], *lines[1:]])
+    assert t.signals["util"].tolist() == pytest.approx([0.99] * 3)
+    for encoding in ("utf-8-sig", "utf-16"):
+        path = tmp_path / f"{encoding}.csv"
+        path.write_text("\r\n".join(lines) + "\r\n", encoding=encoding)
+        assert read_gpu_csv(path).signals["util"].tolist() == pytest.approx([0.99] * 3)

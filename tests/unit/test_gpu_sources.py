@@ -443,3 +443,14 @@ def test_gpu_source_sections_load_from_toml(tmp_path: Path) -> None:
     config = load_config(cfg)
     assert config.sources.nvml.devices == (0, 3)
     assert ctypes.sizeof(pynvml.c_nvmlSample_t) > 0  # the real structures are importable here
+
+
+def test_lower_case_field_names_are_read() -> None:
+    # As a relabelled exporter printed them (NVIDIA/dcgm-exporter#272, an A100 in MIG mode).
+    text = (
+        'dcgm_fi_prof_gr_engine_active{gpu="0",uuid="GPU-ed13",device="nvidia0",'
+        'modelName="NVIDIA A100-SXM4-40GB",GPU_I_PROFILE="3g.40gb",GPU_I_ID="1",'
+        'container_name="",pod_name="",pod_namespace=""} 0.250000\n'
+    )
+    scrape = parse_dcgm_metrics(text)
+    assert scrape.gpus[0]["gr_engine_active"] == pytest.approx(0.25)

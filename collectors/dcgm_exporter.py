@@ -199,6 +199,12 @@ class DcgmExporterSource:
                     f"{self._cfg.url} has no GPU activity field "
                     f"({', '.join(DCGM_FIELDS)}): enable one in dcgm-exporter's counters file",
                 )
+            if not scrape.signals:  # e.g. a MIG GPU with profiling fields, another with util only
+                raise SourceUnavailable(
+                    self.name,
+                    f"{self._cfg.url}: its {len(scrape.gpus)} GPUs have no activity field in "
+                    f"common ({', '.join(DCGM_FIELDS)}): enable the same one for every GPU",
+                )
             if scrape.signals != signals:
                 log.info(
                     "dcgm-exporter: %d GPU(s), signals %s",

@@ -212,6 +212,17 @@ def test_exposition_without_activity_fields_says_which_to_enable(exporter: _Expo
         _collect(DcgmExporterSource(cfg, clock=MonotonicClock()), 1)
 
 
+def test_gpus_without_a_field_in_common_are_unavailable_with_the_reason(
+    exporter: _Exporter,
+) -> None:
+    # One GPU in MIG mode with profiling fields only, the other with utilization only: no
+    # signal compares them, and the source used to emit empty readings without a word.
+    exporter.body = b'DCGM_FI_PROF_SM_ACTIVE{gpu="0"} 0.5\nDCGM_FI_DEV_GPU_UTIL{gpu="1"} 40\n'
+    cfg = DcgmExporterConfig(enabled=True, url=exporter.url)
+    with pytest.raises(SourceUnavailable, match="2 GPUs have no activity field in common"):
+        _collect(DcgmExporterSource(cfg, clock=MonotonicClock()), 1)
+
+
 def test_bad_url_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match=r"sources\.dcgm_exporter\.url"):
         DcgmExporterConfig(url="localhost:9400")

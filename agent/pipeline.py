@@ -624,13 +624,12 @@ class Pipeline:
         self._last_regime = params
         arr = params.arrivals
         if arr is not None and arr.burst_starts_s.size:
-            # Bursts slower than the idle rate are chatter (ARP, a teardown), not collectives.
-            real = arr.burst_bytes >= self._cfg.idle_bytes_per_s * arr.burst_seconds
             self._state.bursts.add(
-                params.arrivals_t0 + arr.burst_starts_s[real],
-                arr.burst_bytes[real],
-                arr.burst_seconds[real],
+                params.arrivals_t0 + arr.burst_starts_s,
+                arr.burst_bytes,
+                arr.burst_seconds,
                 arr.dt,
+                min_rate=self._cfg.idle_bytes_per_s,
             )
         return params
 

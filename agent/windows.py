@@ -499,8 +499,23 @@ class BurstTally:
         self.durations = Tally(BURST_SECONDS_BOUNDS)
         self._last_start = -np.inf
 
-    def add(self, starts_s: FloatArray, sizes: FloatArray, seconds: FloatArray, dt: float) -> int:
-        """Count the bursts starting after the last counted one; returns how many were new."""
+    def add(
+        self,
+        starts_s: FloatArray,
+        sizes: FloatArray,
+        seconds: FloatArray,
+        dt: float,
+        *,
+        min_rate: float = 0.0,
+    ) -> int:
+        """Count the bursts starting after the last counted one; returns how many were new.
+
+        Bursts slower than ``min_rate`` (bytes/s) are chatter (an ARP, a teardown's last
+        packets), not collectives, and are not counted; one whose duration is unknown (NaN,
+        too short to resolve) is.
+        """
+        slow = sizes < min_rate * seconds  # False where the duration is NaN
+        starts_s, sizes, seconds = starts_s[~slow], sizes[~slow], seconds[~slow]
         new = starts_s > self._last_start + dt
         if not new.any():
             return 0

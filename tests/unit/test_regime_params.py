@@ -158,6 +158,17 @@ def test_burst_tally_counts_each_burst_once_across_overlapping_windows() -> None
     assert sum(seconds.counts) == 2  # the unresolved duration is not counted as one
 
 
+def test_burst_tally_leaves_chatter_out_but_keeps_bursts_of_unknown_duration() -> None:
+    tally = BurstTally()
+    # A teardown packet (264 B in 10 ms), a collective, and one too short to time.
+    new = tally.add(np.array([1.0, 2.0, 3.0]), np.array([264.0, 4e6, 2e6]),
+                    np.array([0.01, 0.1, np.nan]), 0.01, min_rate=10e6)  # fmt: skip
+    assert new == 2
+    sizes = tally.sizes.histogram()
+    assert sizes is not None
+    assert sizes.total_bytes == pytest.approx(6e6)
+
+
 def test_inference_job_arrivals_and_alltoall_match_the_truth() -> None:
     p = resolve(JobParams(scenario="inference", seed=3, duration_s=60))
     sched = build_schedule(p)

@@ -22,7 +22,13 @@ import numpy as np
 
 from agent.clock import Clock, MonotonicClock, Ticker
 from agent.errors import SourceError, SourceUnavailable
-from agent.estimate import Estimate, EstimateInputs, busier_direction, estimate, log_grid
+from agent.estimate import (
+    Estimate,
+    EstimateInputs,
+    busier_direction,
+    estimate_recent,
+    log_grid,
+)
 from agent.period import estimate_period
 from agent.rates import Direction, GridSeries
 from agent.regime import IDLE_BYTES_PER_S
@@ -507,6 +513,7 @@ class Pipeline:
                 network_source="counters" if grids else None,
                 gpu=st.gpu.samples(since=since),
                 collectives=mix,
+                expected_period_s=self._tracker.locked,
             ),
         )
 
@@ -520,8 +527,11 @@ class Pipeline:
                 continue
             began = time.perf_counter()
             try:
-                est = await asyncio.to_thread(
-                    estimate, inputs, idle_bytes_per_s=self._cfg.idle_bytes_per_s
+                est, recent_from = await asyncio.to_thread(
+                    estimate_recent,
+                    inputs,
+                    min_window_s=self._cfg.min_window_s,
+                    idle_bytes_per_s=self._cfg.idle_bytes_per_s,
                 )
             except Exception:  # a bug on odd data must not stop the agent: skip this hop
                 self.estimator_errors += 1
@@ -534,7 +544,7 @@ class Pipeline:
                 if self._last_burst_wall is None or wall > self._last_burst_wall:
                     self._last_burst_wall = wall
             was_locked = self._tracker.locked
-            update = self._tracker.update(est.period_s, est.confidence)
+            update = self._tracker.update(est.period_s, est.confidence, est.period_rel_error)
             if was_locked is not None and update.period_s is None:
                 periods = periods_kept_after_lost_lock(
                     stopped=est.last_burst_end_s is None,
@@ -565,6 +575,10 @@ class Pipeline:
                 if relocked is not None:
                     update = replace(update, period_s=relocked, changed=True)
                     log.info("longer sync period found: T = %.4g s (re-locked)", relocked)
+            if was_locked is None and update.period_s is not None and recent_from is not None:
+                # Locked on the newest part of the window: the older traffic (a job's start-up)
+                # did not repeat, and the locked window must not reach back into it.
+                relocked, keep_from = update.period_s, recent_from
             if relocked is not None:
                 if keep_from is None:
                     keep_from = self._clock.now() - self._cfg.restart_periods * relocked

@@ -184,8 +184,11 @@ class PeriodTracker:
         unlock_after: int = 3,
         lock_confidence: float = 0.6,
         hop_s: float | None = None,
+        max_agree: float = 0.1,
     ) -> None:
         self._agree = agree
+        self._max_agree = max_agree
+        self._candidate_error = 0.0
         self._change = change
         self._lock_after = lock_after
         self._unlock_after = unlock_after
@@ -267,8 +270,17 @@ class PeriodTracker:
         self._outer = period_s
         return None
 
-    def update(self, period_s: float | None, confidence: float = 0.0) -> TrackerUpdate:
-        """Feed one window's period (None = no period found) and the estimate's confidence."""
+    def update(
+        self, period_s: float | None, confidence: float = 0.0, rel_error: float = 0.0
+    ) -> TrackerUpdate:
+        """Feed one window's period (None = no period found) and the estimate's confidence.
+
+        ``rel_error`` is the window's own relative standard error of T (interval spread over
+        the square root of the cycles): under step jitter two windows of a few cycles differ by
+        more than ``agree`` though both are right (12 % jitter over 7 steps: 5 % each), so
+        two of them agree within twice the larger error, up to ``max_agree``. Inner and outer
+        periods of a nested job, and harmonics, stay 30 % and more apart.
+        """
         if period_s is None:
             self._misses += 1
             self._candidate, self._streak = None, 0
@@ -287,10 +299,12 @@ class PeriodTracker:
             self._locked = period_s
             self._candidate, self._streak = None, 0
             return TrackerUpdate(period_s, True, False)
-        if self._candidate is not None and _close(period_s, self._candidate, self._agree):
+        tol = max(self._agree, min(self._max_agree, 2.0 * max(rel_error, self._candidate_error)))
+        if self._candidate is not None and _close(period_s, self._candidate, tol):
             self._streak += 1
         else:
             self._candidate, self._streak = period_s, 1
+        self._candidate_error = rel_error
         if self._streak >= self._lock_after:
             changed = self._locked is not None
             self._locked = period_s

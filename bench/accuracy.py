@@ -63,7 +63,7 @@ from typing import Literal
 import numpy as np
 import numpy.typing as npt
 
-from agent.estimate import Estimate, EstimateInputs, estimate
+from agent.estimate import Estimate, EstimateInputs, estimate, estimate_recent
 from agent.period import estimate_period
 from agent.pipeline import PipelineSettings
 from agent.rates import GridSeries, grid_from_cumulative
@@ -1083,9 +1083,11 @@ def run_online(
 
     Faithful to agent/pipeline.py: the ring holds ``window_capacity(window_s,
     counter_rate_hz)`` polls; no estimate (and no tracker update) while the window spans less
-    than ``min_window_s``; on a tracker change the window forgets polls older than
-    ``now - restart_periods·T`` (``reset=False`` disables that, for comparison). ``stop`` ends
-    the run early once it returns True.
+    than ``min_window_s``; the estimate is ``estimate_recent`` given the tracker's lock (the
+    newest parts of the window tried before a lock, the lock held on weaker evidence after);
+    on a first lock from such a part, or a tracker change, the window forgets the polls before
+    that part, or older than ``now - restart_periods·T`` (``reset=False`` disables the
+    latter, for comparison). ``stop`` ends the run early once it returns True.
     """
     window = OnlineWindow(stream, window_capacity(settings.window_s, settings.counter_rate_hz))
     tracker = PeriodTracker(hop_s=settings.hop_s)
@@ -1108,9 +1110,14 @@ def run_online(
         if grid is None or grid.duration_s < settings.min_window_s:
             out.append(OnlineUpdate(now, None, None, 0.0))
             continue
-        est, _ = run_estimate(grid)
+        est, recent_from = estimate_recent(
+            EstimateInputs(
+                network={"tx": grid}, network_source="counters", expected_period_s=tracker.locked
+            ),
+            min_window_s=settings.min_window_s,
+        )
         was_locked = tracker.locked
-        update = tracker.update(est.period_s, est.confidence)
+        update = tracker.update(est.period_s, est.confidence, est.period_rel_error)
         if reset and was_locked is not None and update.period_s is None:
             periods = periods_kept_after_lost_lock(
                 stopped=est.last_burst_end_s is None,
@@ -1131,6 +1138,8 @@ def run_online(
             if relocked is not None:
                 update = replace(update, period_s=relocked, changed=True)
                 keep_from = watch.keep_from(now, relocked, settings.restart_periods)
+        if was_locked is None and update.period_s is not None and recent_from is not None:
+            relocked, keep_from = update.period_s, recent_from  # as Pipeline._estimate_loop
         if reset and relocked is not None:
             if keep_from is None:
                 keep_from = now - settings.restart_periods * relocked

@@ -110,6 +110,15 @@ def test_flat_and_tiny_inputs_are_handled() -> None:
     assert estimate_period(np.full(500, np.nan), 0.01).period_s is None
 
 
+def test_a_flat_rate_has_no_period_in_its_rounding() -> None:
+    """A constant 30 kB/s resampled from counters differs from its mean by 1e-13 of it, in a
+    pattern that repeats with the float rounding: that was read as a 0.25 s period."""
+    t = np.arange(0.0, 9.0, 0.01)
+    rate = np.diff(np.cumsum(np.full(t.size + 1, 300.0))) / np.diff(np.append(t, 9.0))
+    assert float(np.std(rate)) > 0.0
+    assert estimate_period(rate, 0.01).period_s is None
+
+
 def test_gaps_do_not_break_detection() -> None:
     x, realised = square_wave(1.0, 0.3, 100, 40, noise=0.05, seed=2)
     x[500:520] = np.nan

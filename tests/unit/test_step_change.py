@@ -74,6 +74,21 @@ def test_empty_windows_must_span_a_locked_period_before_the_lock_goes() -> None:
     assert fast.update(None).period_s is None  # never fewer than three
 
 
+def test_windows_agree_within_their_own_error_under_step_jitter() -> None:
+    """Two low-confidence windows of a jittery job (12 % spread over 7 steps: 4.5 % error
+    each) 6 % apart lock; without an error they must agree within 3 %; and no error widens
+    the agreement past 10 %, so an inner or outer period (≥ 1.5×) never passes for T."""
+    jittery = PeriodTracker()
+    assert jittery.update(0.55, 0.1, rel_error=0.045).period_s is None
+    assert jittery.update(0.583, 0.1, rel_error=0.045).period_s == 0.583
+    exact = PeriodTracker()
+    exact.update(0.55, 0.1)
+    assert exact.update(0.583, 0.1).period_s is None
+    loose = PeriodTracker()
+    loose.update(0.55, 0.1, rel_error=0.5)
+    assert loose.update(0.64, 0.1, rel_error=0.5).period_s is None
+
+
 def _square(starts: list[float], width: float, t_end: float, dt: float = 0.01) -> GridSeries:
     t = np.arange(0.0, t_end, dt)
     on = np.zeros(t.size, dtype=bool)

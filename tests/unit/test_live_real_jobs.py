@@ -1,0 +1,198 @@
+"""The live estimate loop on counter recordings of real PyTorch DDP jobs.
+
+The recordings (tests/fixtures/counters, described in their ``.truth.json``) are 100 Hz
+sysfs polls of a veth between two network namespaces, with each iteration's end logged by
+rank 0. They are replayed hop by hop through the bench's mirror of ``Pipeline._estimate_loop``
+(bench/accuracy.py ``run_online``), so the tracker, the window restarts and the recent-window
+retry all take part, as they do live.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from agent.estimate import EstimateInputs, estimate, estimate_recent
+from agent.period import estimate_period
+from agent.pipeline import PipelineSettings
+from agent.rates import GridSeries
+from tests.conftest import load_script
+
+ROOT = Path(__file__).resolve().parents[2]
+FIXTURES = ROOT / "tests" / "fixtures" / "counters"
+acc = load_script(ROOT / "bench" / "accuracy.py", "bench_accuracy")
+
+
+def _job(name: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    """Poll times, cumulative tx bytes, iteration ends (s from the first step), warm-up steps."""
+    with gzip.open(FIXTURES / f"{name}.csv.gz", "rt") as f:
+        data = np.loadtxt(f, delimiter=",", skiprows=1)
+    truth = json.loads((FIXTURES / f"{name}.truth.json").read_text())
+    return data[:, 0], data[:, 2], np.asarray(truth["step_end_s"]), int(truth["warmup_steps"])
+
+
+def _grid(times: np.ndarray, cum: np.ndarray, since: float, until: float) -> GridSeries:
+    keep = (times >= since) & (times <= until)
+    grid: GridSeries = acc.to_grid(times[keep], cum[keep])
+    return grid
+
+
+def _mean_step(ends: np.ndarray, since: float, until: float) -> float:
+    steps = np.diff(ends)
+    inside = (ends[:-1] >= since) & (ends[1:] <= until)
+    return float(steps[inside].mean())
+
+
+#: Hops start at these offsets from the recording's first poll: where a hop falls within a
+#: step decides which bursts a window holds, and a result must not hang on one phase.
+PHASES = (0.0, 0.25, 0.5, 0.75)
+
+
+def _replay(name: str, phase: float) -> tuple[list, np.ndarray, int]:
+    times, cum, ends, warmup = _job(name)
+    updates = acc.run_online(
+        acc.Stream(times, cum),
+        PipelineSettings(hop_s=1.0, counter_rate_hz=100.0),
+        t_start=float(times[0]) + phase,
+        t_end=float(ends[-1]),
+    )
+    return updates, ends, warmup
+
+
+@pytest.mark.parametrize("phase", PHASES)
+@pytest.mark.parametrize(
+    ("name", "max_steps"),
+    # Before the recent-window retry and the many-cycle edge rescue: 11.6-12.9 steps
+    # (comm-bound) and 13.0-15.5 steps (jittery); now 4.1-7.2 and 8.3-10.9.
+    [("ddp-gloo-commbound", 8.0), ("ddp-gloo-jittery", 12.0)],
+)
+def test_a_real_job_is_locked_within_a_few_steps_of_its_warm_up(
+    name: str, max_steps: float, phase: float
+) -> None:
+    """The first steps of a job (parameter broadcast, slower warm-up steps) do not repeat like
+    the rest; a window that grows from them must not hold the lock back for long."""
+    updates, ends, warmup = _replay(name, phase)
+    steady = float(ends[warmup - 1])
+    step = float(np.diff(ends[warmup - 1 :]).mean())
+    first = next(u.time_s for u in updates if u.reported_s is not None)
+    assert (first - steady) / step <= max_steps
+
+
+@pytest.mark.parametrize("phase", PHASES)
+def test_a_jittery_real_job_keeps_its_lock(phase: float) -> None:
+    """12.5 % step spread, steps from 0.47 to 0.75 s, drifting from 0.55 to 0.62 s mid-job,
+    some steps' traffic in two bursts: the NSDF alone is not significant in many windows. The
+    locked period is held on the burst edges (or a candidate near it): at most one hop in
+    eight between the first lock and the last step is without T (before: a third of them),
+    and T follows the steps' own mean."""
+    updates, ends, _ = _replay("ddp-gloo-jittery", phase)
+    first = next(u.time_s for u in updates if u.reported_s is not None)
+    during = [u for u in updates if first <= u.time_s <= ends[-1]]
+    locked = [u for u in during if u.reported_s is not None]
+    assert len(locked) >= 0.85 * len(during)
+    errors = [abs(u.reported_s / _mean_step(ends, u.time_s - 8.0, u.time_s) - 1.0) for u in locked]
+    assert float(np.median(errors)) <= 0.03  # one step's spread over √14 steps: 3.3 %
+
+
+@pytest.mark.parametrize("phase", PHASES)
+def test_a_comm_bound_real_job_is_tracked_closely(phase: float) -> None:
+    """2.6 % step spread: once locked (on the steady steps, not the start-up) T is reported
+    at every hop and stays within 2 % of the mean of the last 8 s of steps."""
+    updates, ends, _ = _replay("ddp-gloo-commbound", phase)
+    first = next(u.time_s for u in updates if u.reported_s is not None)
+    during = [u for u in updates if first <= u.time_s <= ends[-1]]
+    assert len(during) >= 20
+    for u in during:
+        assert u.reported_s == pytest.approx(_mean_step(ends, u.time_s - 8.0, u.time_s), rel=0.02)
+
+
+def test_the_newest_part_of_the_window_is_tried_when_the_start_up_hides_the_period() -> None:
+    """5.2 s into the comm-bound job the window holds its start-up and 9 steps: no period over
+    the whole of it (z 2.5), but over its newest half T is the steps' mean within 1 %, and the
+    part's start is returned so that the lock does not reach back into the start-up."""
+    times, cum, ends, _ = _job("ddp-gloo-commbound")
+    grid = _grid(times, cum, -2.0, 5.2)
+    inputs = EstimateInputs(network={"tx": grid}, network_source="counters")
+    assert estimate(inputs).period_s is None
+    est, since = estimate_recent(inputs, min_window_s=2.0)
+    assert since is not None
+    assert since > 1.0
+    assert est.period_s == pytest.approx(_mean_step(ends, since, 5.2), rel=0.01)
+
+
+def test_no_part_is_tried_once_locked_or_past_the_start_up() -> None:
+    """Locked, the window starts where the lock was found; over more than ``max_span_s`` of
+    traffic a start-up is diluted. Neither pays for the retries."""
+    times, cum, _, _ = _job("ddp-gloo-commbound")
+    grid = _grid(times, cum, -2.0, 5.2)
+    inputs = EstimateInputs(network={"tx": grid}, network_source="counters")
+    locked = replace(inputs, expected_period_s=0.57)
+    assert estimate_recent(locked, min_window_s=2.0)[1] is None
+    assert estimate_recent(inputs, min_window_s=2.0, max_span_s=5.0)[1] is None
+
+
+def test_no_part_is_tried_below_the_minimum_window() -> None:
+    """Idle traffic has no period anywhere: the whole window's estimate comes back as it was."""
+    t = np.arange(0.0, 3.0, 0.01)
+    grid = acc.to_grid(t, np.cumsum(np.full(t.size, 10.0)))
+    inputs = EstimateInputs(network={"tx": grid}, network_source="counters")
+    est, since = estimate_recent(inputs, min_window_s=2.0)
+    assert est.period_s is None
+    assert since is None
+
+
+class TestHoldOnTheLockedPeriod:
+    """A locked period, tested on its own, needs less evidence than a search over every lag."""
+
+    # The locked window (16 locked periods) 19.3 s into the jittery job, locked at 0.557 s.
+    NOW = 19.32
+    LOCKED = 0.5569
+
+    def _window(self) -> tuple[GridSeries, float]:
+        times, cum, ends, _ = _job("ddp-gloo-jittery")
+        since = self.NOW - 16 * self.LOCKED
+        return _grid(times, cum, since, self.NOW), _mean_step(ends, since, self.NOW)
+
+    def test_regular_edges_hold_it(self) -> None:
+        grid, truth = self._window()
+        assert estimate_period(grid.rate, grid.dt, t0=grid.t0).period_s is None
+        held = estimate_period(grid.rate, grid.dt, t0=grid.t0, expected_period_s=self.LOCKED)
+        assert held.period_s == pytest.approx(truth, rel=0.05)
+        assert held.method == "edges"
+
+    @pytest.mark.parametrize("factor", [0.5, 2.0, 1.3])
+    def test_a_period_far_from_the_traffic_is_not_held(self, factor: float) -> None:
+        grid, _ = self._window()
+        r = estimate_period(grid.rate, grid.dt, t0=grid.t0, expected_period_s=factor * self.LOCKED)
+        assert r.period_s is None
+
+    def test_a_job_that_stopped_is_not_held(self) -> None:
+        """Only management chatter left: white noise around a low rate."""
+        x = 300.0 + 30.0 * np.random.default_rng(3).standard_normal(900)
+        assert estimate_period(x, 0.01, expected_period_s=self.LOCKED).period_s is None
+
+    def test_aperiodic_traffic_is_seldom_held(self) -> None:
+        """Gamma-renewal bursts of CV 0.5 with their mean interval at the locked period: the
+        worst case for a hold (a job gone erratic at the same pace). Without a lock none of
+        these windows has a period; with it, few are held (22 % before all the intervals'
+        spread was checked, not only the regular ones')."""
+        held = 0
+        for seed in range(100):
+            rng = np.random.default_rng(seed)
+            dt, n = 0.01, 900
+            x = np.zeros(n)
+            t = 0.0
+            while t < n * dt:
+                start = int(t / dt)
+                x[start : start + 25] = 1.0
+                t += rng.gamma(4.0, self.LOCKED / 4.0)
+            x += 0.02 * rng.standard_normal(n)
+            if estimate_period(x, dt).period_s is not None:
+                continue  # a false period of the search itself (bench A2), not of the hold
+            held += estimate_period(x, dt, expected_period_s=self.LOCKED).period_s is not None
+        assert held <= 8

@@ -529,8 +529,8 @@ def detect_level(
         mult = round(m)
         if mult < 2 or abs(m - mult) > 0.05 * mult:
             continue
-        if height[small] < max(0.08, 3.0 * se(small)):
-            continue
+        if height[small] < 0.08 or height[small] < 3.0 * se(small):
+            continue  # (the jackknife only when the cheap bar is met: 74 lags a window)
         repeats = [pk.near(k * small, 0.03 * k * small)[1] for k in range(1, mult)]
         tol = max(0.1, 2.0 * math.hypot(se(best), se(small)))
         if float(np.mean(repeats)) >= height[best] - tol:

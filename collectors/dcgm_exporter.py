@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import re
 import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
@@ -68,7 +69,11 @@ MAX_BODY_BYTES = 16 << 20
 class DcgmScrape:
     """One exposition: per GPU index, the signals (fractions 0..1) it reported.
 
-    Several series of one GPU (MIG instances, one per pod) are averaged. ``signals`` is the set
+    Several series of one GPU are combined: the series of one MIG instance (``GPU_I_ID``; one
+    per pod using it, or per pod sharing a whole GPU by time-slicing) are averaged, and the
+    instances are weighted by their compute slices (``GPU_I_PROFILE`` ``3g.40gb``: 3, and
+    ``1c.3g.40gb``: 1), so that the value is the activity of the part of the GPU in use: a
+    3-slice instance at 0.6 beside an idle 1-slice one is 0.45, not 0.3. ``signals`` is the set
     every GPU reported (a reading has one signal set); ``skipped`` counts series left out (no
     or bad ``gpu`` label, NaN, out of range).
     """
@@ -79,13 +84,31 @@ class DcgmScrape:
     models: dict[int, str] = field(default_factory=dict)
 
 
+_MIG_PROFILE = re.compile(r"^(?:(\d+)c\.)?(\d+)g\.")
+
+
+def _mig_slices(profile: str) -> int:
+    """Compute slices of a MIG profile label: ``3g.40gb`` 3, ``1c.3g.40gb`` 1, none 1."""
+    m = _MIG_PROFILE.match(profile)
+    if m is None:
+        return 1
+    return max(1, int(m.group(1) or m.group(2)))
+
+
+def _weighted(instances: dict[str, tuple[int, list[float]]]) -> float:
+    """Slice-weighted mean over MIG instances of each instance's mean over its series."""
+    total = sum(w for w, _ in instances.values())
+    return sum(w * sum(v) / len(v) for w, v in instances.values()) / total
+
+
 def parse_dcgm_metrics(text: str) -> DcgmScrape:
     """Parse a dcgm-exporter exposition (pure).
 
     Raises:
         InputFormatError: the text is not Prometheus exposition format.
     """
-    sums: dict[int, dict[str, list[float]]] = {}
+    # gpu -> signal -> MIG instance ("" for a whole GPU) -> (slices, values of its series)
+    sums: dict[int, dict[str, dict[str, tuple[int, list[float]]]]] = {}
     models: dict[int, str] = {}
     skipped = 0
     try:
@@ -104,11 +127,14 @@ def parse_dcgm_metrics(text: str) -> DcgmScrape:
                 skipped += 1
                 continue
             gpu = int(gpu_label)
-            sums.setdefault(gpu, {}).setdefault(signal, []).append(min(max(value, 0.0), 1.0))
+            instances = sums.setdefault(gpu, {}).setdefault(signal, {})
+            instance = sample.labels.get("GPU_I_ID", "")
+            slices = _mig_slices(sample.labels.get("GPU_I_PROFILE", ""))
+            instances.setdefault(instance, (slices, []))[1].append(min(max(value, 0.0), 1.0))
             model = sample.labels.get("modelName")
             if model:
                 models[gpu] = model
-    gpus = {g: {s: sum(v) / len(v) for s, v in sig.items()} for g, sig in sums.items()}
+    gpus = {g: {s: _weighted(inst) for s, inst in sig.items()} for g, sig in sums.items()}
     common = set.intersection(*(set(s) for s in gpus.values())) if gpus else set()
     order = [name for name, _ in DCGM_FIELDS.values()]
     signals = tuple(s for s in order if s in common)

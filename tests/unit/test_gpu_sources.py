@@ -55,8 +55,26 @@ def test_default_counters_of_an_8_gpu_h100_host() -> None:
 
 def test_mig_instances_and_pod_series_of_one_gpu_are_averaged() -> None:
     scrape = parse_dcgm_metrics((FIXTURES / "h100-mig-k8s.prom").read_text())
-    assert scrape.gpus[0]["tensor_active"] == pytest.approx(0.3)  # (0.6 + 0.0) / 2
+    assert scrape.gpus[0]["tensor_active"] == pytest.approx(0.3)  # two 3g instances: 0.6, 0.0
     assert scrape.gpus[1]["tensor_active"] == pytest.approx(0.45)
+
+
+def test_mig_instances_weigh_by_their_compute_slices_and_pods_of_one_instance_once() -> None:
+    """A 3-slice instance at 0.6 (seen by two pods) and an idle 1-slice one: 0.45 of the part
+    of the GPU in use; an unweighted mean of the three series said 0.4. A compute instance
+    (``1c.3g``) counts its own slice."""
+    labels = 'gpu="0",UUID="GPU-a",modelName="NVIDIA A100-SXM4-80GB"'
+    text = (
+        "# TYPE DCGM_FI_PROF_SM_ACTIVE gauge\n"
+        f'DCGM_FI_PROF_SM_ACTIVE{{{labels},GPU_I_PROFILE="3g.40gb",GPU_I_ID="1",pod="a"}} 0.6\n'
+        f'DCGM_FI_PROF_SM_ACTIVE{{{labels},GPU_I_PROFILE="3g.40gb",GPU_I_ID="1",pod="b"}} 0.6\n'
+        f'DCGM_FI_PROF_SM_ACTIVE{{{labels},GPU_I_PROFILE="1g.10gb",GPU_I_ID="9",pod="c"}} 0.0\n'
+        'DCGM_FI_PROF_SM_ACTIVE{gpu="1",GPU_I_PROFILE="1c.3g.40gb",GPU_I_ID="2"} 0.8\n'
+        'DCGM_FI_PROF_SM_ACTIVE{gpu="1",GPU_I_PROFILE="2g.20gb",GPU_I_ID="5"} 0.2\n'
+    )
+    scrape = parse_dcgm_metrics(text)
+    assert scrape.gpus[0]["sm_active"] == pytest.approx(0.45)
+    assert scrape.gpus[1]["sm_active"] == pytest.approx((1 * 0.8 + 2 * 0.2) / 3)
 
 
 def test_bad_series_are_counted_not_used() -> None:

@@ -31,7 +31,7 @@ from agent.estimate import (
 )
 from agent.period import estimate_period
 from agent.rates import Direction, GridSeries
-from agent.regime import IDLE_BYTES_PER_S
+from agent.regime import IDLE_BYTES_PER_S, RegimeGate
 from agent.regime_params import RegimeParams, regime_params
 from agent.sharding import DEFAULT_LATENCY_S
 from agent.tracker import (
@@ -263,6 +263,7 @@ class Pipeline:
         #: stay for the collective-side parameters).
         self._calls_floor: float | None = None
         self._last_regime: RegimeParams | None = None
+        self._regime_gate = RegimeGate()
         self.estimator_errors = 0
         self._tg: asyncio.TaskGroup | None = None
         self._tasks: dict[str, asyncio.Task[None]] = {}
@@ -602,6 +603,7 @@ class Pipeline:
             params = await self._regime_params(inputs, est, since)
             took += time.perf_counter() - began
             self._estimates += 1
+            est = replace(est, regime=self._regime_gate.update(est.regime, self._clock.now()))
             self._publish(est, took, locked=update.locked, source=source, regime=params)
 
     async def _regime_params(

@@ -14,6 +14,11 @@ tests/unit/test_regime.py and tests/integration/test_analyze_scenarios.py):
    ``MIN_APERIODIC_BURSTS`` of them in the window, so that a training job's first few steps
    are not called inference) or when the NCCL log is dominated by AlltoAll / Send / Recv;
    **unknown** for flat, structureless load or too little evidence.
+
+Live, a switch *to* inference is confirmed over ``INFERENCE_CONFIRM_S`` (:class:`RegimeGate`):
+"no period" is what a training job shows too until its lock (6-10 s on real DDP jobs at
+start-up) or while its steps jitter, and a host flipping between training and inference for a
+few seconds is a false signal on a dashboard. Every other switch is shown at once.
 """
 
 from __future__ import annotations
@@ -21,7 +26,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-__all__ = ["REGIMES", "RegimeFeatures", "classify_regime", "collective_shares"]
+__all__ = [
+    "INFERENCE_CONFIRM_S",
+    "REGIMES",
+    "RegimeFeatures",
+    "RegimeGate",
+    "classify_regime",
+    "collective_shares",
+]
 
 REGIMES = ("training", "finetune", "inference", "idle", "unknown")
 
@@ -32,6 +44,9 @@ IDLE_BYTES_PER_S = 10e6
 #: Bursts a window must hold before their randomness is evidence of inference: fewer could
 #: still be the first steps of a training job whose period the window cannot show yet.
 MIN_APERIODIC_BURSTS = 8
+
+#: Seconds the estimates must say "inference" before the live agent shows it.
+INFERENCE_CONFIRM_S = 10.0
 
 _GATHER_OPS = frozenset({"AllGather", "ReduceScatter"})
 _SPARSE_OPS = frozenset({"AlltoAll", "Send", "Recv", "Gather", "Scatter"})
@@ -80,3 +95,30 @@ def classify_regime(f: RegimeFeatures, *, idle_bytes_per_s: float = IDLE_BYTES_P
     if quiet:
         return "idle"
     return "unknown"
+
+
+class RegimeGate:
+    """The regime a live agent shows: a switch to inference only once it has lasted.
+
+    While an "inference" verdict is younger than ``confirm_s``, the regime shown before it
+    stays if it was training or fine-tuning (a job between locks), else it is "unknown" (a
+    job not locked yet, or an inference host in its first seconds).
+    """
+
+    def __init__(self, confirm_s: float = INFERENCE_CONFIRM_S) -> None:
+        self._confirm_s = confirm_s
+        self._shown = "unknown"
+        self._since: float | None = None
+
+    def update(self, regime: str, now: float) -> str:
+        """Feed one estimate's regime at time ``now`` (seconds); returns the regime to show."""
+        if regime != "inference" or self._shown == "inference":
+            self._since = None
+            self._shown = regime
+            return regime
+        if self._since is None:
+            self._since = now
+        if now - self._since >= self._confirm_s:
+            self._shown, self._since = regime, None
+            return regime
+        return self._shown if self._shown in ("training", "finetune") else "unknown"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from agent.regime import RegimeFeatures, classify_regime, collective_shares
+from agent.regime import RegimeFeatures, RegimeGate, classify_regime, collective_shares
 
 
 @pytest.mark.parametrize(
@@ -36,3 +36,21 @@ def test_collective_shares() -> None:
     )
     assert shares == pytest.approx((0.8, 0.1))
     assert collective_shares({"AllReduce": (3, 0)}) is None
+
+
+def test_the_live_gate_confirms_inference_before_showing_it() -> None:
+    """A training job between locks (or before its first) reads "no period, random bursts"
+    for a few seconds: a dashboard must not flip to inference for that. Inference shows once
+    it has lasted 10 s; every other switch shows at once."""
+    gate = RegimeGate(confirm_s=10.0)
+    assert gate.update("inference", 0.0) == "unknown"  # a start: not locked yet
+    assert gate.update("training", 6.0) == "training"
+    for t in (7.0, 10.0, 14.0):  # the lock lost for 8 s mid-job
+        assert gate.update("inference", t) == "training"
+    assert gate.update("training", 15.0) == "training"
+    assert gate.update("inference", 20.0) == "training"
+    assert gate.update("inference", 30.0) == "inference"  # 10 s on: a real switch
+    assert gate.update("inference", 31.0) == "inference"
+    assert gate.update("idle", 32.0) == "idle"  # the job ended: at once
+    assert gate.update("inference", 33.0) == "unknown"
+    assert gate.update("finetune", 34.0) == "finetune"

@@ -96,6 +96,9 @@ def test_grid_conserves_bytes(spans: list[float], amounts: list[float], dt: floa
     times = np.concatenate(([0.0], np.cumsum(spans)))
     assume(times[-1] >= dt)
     deltas = np.asarray(amounts[: len(spans)])
+    # Reads the stale-read rule drops (a chunky counter) move bytes to the polls they really
+    # cover, which this raw-interval expectation does not model (tested on their own below).
+    assume(not stale_reads(deltas).any())
     g = grid_from_cumulative(times, deltas, dt=dt)
     covered = g.rate.size * dt
     # Bytes on the grid = bytes up to the end of the last slot (constant rate per interval).

@@ -467,10 +467,17 @@ def detect_level(
     r = lv.r
     neg = np.flatnonzero(r[1:] < 0)
     first_zero = int(neg[0]) + 1 if neg.size else n
+    # The main lobe also ends at its first trough near zero: under a slow drift of the rate
+    # (steps slowing down over the window) the troughs between periods stay a little above
+    # zero, and a search from the first negative lag skipped the fundamental itself (a real
+    # FSDP job: trough 0.01 at lag 4, peak at 8.6, first negative at 12; 2T was reported).
+    mid = r[1:-1]
+    trough = np.flatnonzero((mid < 0.2) & (mid <= r[:-2]) & (mid <= r[2:]))
+    first_trough = int(trough[0]) + 1 if trough.size else n
     # Candidates are searched from 2 samples up, not from ``lag_lo``: a level whose variance is
     # explained by a faster oscillation (a finer level's period, or its alias after
     # decimation) must not report a multiple of it as its own period.
-    search_lo = max(2, first_zero)
+    search_lo = max(2, min(first_zero, first_trough))
     if search_lo >= lag_hi:
         return None
 
@@ -1017,6 +1024,38 @@ def _held(
     return replace(max(near, key=lambda d: d.z), valid=True) if near else None
 
 
+def _locked_outer(
+    expected_s: float,
+    detections: list[LevelDetection],
+    pyramid: list[PyramidLevel],
+    prepared: list[_Level | None],
+    cfg: DetectorSettings,
+    t0: float,
+) -> LevelDetection | None:
+    """The locked period as the outer one, when a window shows a period far shorter than it.
+
+    A real FSDP job's layer rhythm (one all-gather every 0.11 s through the backward pass)
+    stays significant in every window, while 7 % step jitter holds its 1.4 s step under the
+    bar in some: such a window's own verdict is the layer spacing, and two of them in a row
+    re-locked the tracker from the step onto the layers. Given the lock, the question is only
+    which scale is the iteration: the lock stays when :func:`_held` vouches for it, or a
+    level's candidate near it repeats with a comb of ``moderate_comb`` and z of
+    ``strong_z_min`` over ``few_cycles``; the short period becomes the inner one.
+    """
+    held = _held(expected_s, detections, pyramid, prepared, cfg, t0)
+    if held is not None:
+        return held
+    near = [
+        d
+        for d in detections
+        if abs(d.period_s / expected_s - 1.0) <= cfg.hold_tolerance
+        and d.comb >= cfg.moderate_comb
+        and d.z >= cfg.strong_z_min
+        and d.cycles >= cfg.few_cycles
+    ]
+    return replace(max(near, key=lambda d: d.z), valid=True) if near else None
+
+
 def estimate_period(
     rate: FloatArray,
     dt: float,
@@ -1041,7 +1080,8 @@ def estimate_period(
             over a long poll interval): no burst edge is timed next to them.
         expected_period_s: the period a live tracker has locked, if any: when no level
             detects a period, regular burst edges at about this one keep it
-            (:func:`_held`).
+            (:func:`_held`); when a level detects one 3× shorter or less, evidence for the
+            locked one keeps it as the outer period (:func:`_locked_outer`).
     """
     cfg = settings or DetectorSettings()
     x = np.asarray(rate, dtype=np.float64)
@@ -1097,6 +1137,14 @@ def estimate_period(
         if not _confirmed(pyramid[det.level - 1], det, cfg):
             continue
         inner, current = current, det
+    if (
+        expected_period_s is not None
+        and inner is None
+        and current.period_s * 3.0 <= expected_period_s
+    ):
+        outer = _locked_outer(expected_period_s, detections, pyramid, prepared, cfg, t0)
+        if outer is not None:
+            inner, current = current, outer
 
     period = current.period_s
     method = "nsdf"

@@ -29,7 +29,6 @@ from agent.estimate import (
     estimate_recent,
     log_grid,
 )
-from agent.period import estimate_period
 from agent.rates import Direction, GridSeries
 from agent.regime import IDLE_BYTES_PER_S, RegimeGate
 from agent.regime_params import RegimeParams, regime_params
@@ -39,6 +38,7 @@ from agent.tracker import (
     RecentWatch,
     periods_kept_after_lost_lock,
     watch_recent,
+    whole_window_period,
 )
 from agent.windows import (
     BurstTally,
@@ -197,8 +197,11 @@ class PipelineSettings:
     lock_window_periods: float = 16.0
     #: ... and watch the last this many periods alone for a step change of T.
     change_window_periods: float = 4.5
-    #: ... and, every this many hops, the whole window for a longer period than the locked one.
+    #: ... and, every this many hops, the whole window for a longer period than the locked one
+    #: (every hop for the first ``outer_watch_fast_hops`` after a lock: a first lock is often
+    #: on the finest rhythm, an FSDP job's layers, whose short window never shows the step).
     outer_watch_hops: int = 5
+    outer_watch_fast_hops: int = 10
     #: Below this mean rate, with no period, the host is idle.
     idle_bytes_per_s: float = IDLE_BYTES_PER_S
     #: Per-collective latency of the fine-tuning latency share.
@@ -264,6 +267,7 @@ class Pipeline:
         self._calls_floor: float | None = None
         self._last_regime: RegimeParams | None = None
         self._regime_gate = RegimeGate()
+        self._hops_locked = 0  # hops since the current lock was taken
         self.estimator_errors = 0
         self._tg: asyncio.TaskGroup | None = None
         self._tasks: dict[str, asyncio.Task[None]] = {}
@@ -567,14 +571,24 @@ class Pipeline:
                         self._clock.now(), relocked, self._cfg.restart_periods
                     )
                     log.info("sync period changed: T = %.4g s (re-locked)", relocked)
+            if update.period_s is None or was_locked is None or update.changed:
+                self._hops_locked = 0
+            else:
+                self._hops_locked += 1
             if (
                 relocked is None
                 and update.period_s is not None
-                and self._estimates % max(1, self._cfg.outer_watch_hops) == 0
+                and (
+                    self._hops_locked < self._cfg.outer_watch_fast_hops
+                    or self._estimates % max(1, self._cfg.outer_watch_hops) == 0
+                )
             ):
                 relocked = self._tracker.widen(await self._whole_window_period())
                 if relocked is not None:
                     update = replace(update, period_s=relocked, changed=True)
+                    # The same traffic read at a longer scale: nothing old to forget, and a
+                    # window of a few long periods is too short to show them again.
+                    keep_from = self._clock.now() - self._cfg.lock_window_periods * relocked
                     log.info("longer sync period found: T = %.4g s (re-locked)", relocked)
             if was_locked is None and update.period_s is not None and recent_from is not None:
                 # Locked on the newest part of the window: the older traffic (a job's start-up)
@@ -683,20 +697,15 @@ class Pipeline:
 
     async def _whole_window_period(self) -> float | None:
         """T of the whole window (the outer-period watch), off the loop."""
-        return await self._period_since(None)
-
-    async def _period_since(self, since: float | None) -> float | None:
-        _, grids = self._network(since=since)
+        _, grids = self._network(since=None)
         chosen = busier_direction(grids) if grids else None
         if chosen is None:
             return None
-        grid = chosen[1]
         try:
-            result = await asyncio.to_thread(estimate_period, grid.rate, grid.dt, t0=grid.t0)
+            return await asyncio.to_thread(whole_window_period, chosen[1])
         except Exception:  # the watches are advisory: never let them stop the estimates
             log.exception("period watch failed on this window")
             return None
-        return result.period_s
 
     def _publish(
         self,

@@ -17,7 +17,7 @@ import numpy as np
 import numpy.typing as npt
 
 from agent.period import edge_timing, estimate_period
-from agent.rates import GridSeries
+from agent.rates import GridSeries, active_span
 
 __all__ = [
     "STEP_RATIO",
@@ -28,6 +28,7 @@ __all__ = [
     "periods_kept_after_lost_lock",
     "step_change",
     "watch_recent",
+    "whole_window_period",
 ]
 
 
@@ -158,6 +159,18 @@ def watch_recent(
     return RecentWatch(None, step_change(timing.rising_s, locked_s))
 
 
+def whole_window_period(grid: GridSeries) -> float | None:
+    """T of the whole window, for the outer-period watch (:meth:`PeriodTracker.widen`).
+
+    The idle before the traffic is cut first, as for every estimate: a ring that filled before
+    the job would dilute the NSDF of its steps.
+    """
+    start, _ = active_span(grid.rate)
+    if start:
+        grid = grid.sliced(start, grid.rate.size)
+    return estimate_period(grid.rate, grid.dt, t0=grid.t0).period_s
+
+
 def _close(a: float, b: float, tol: float) -> bool:
     return abs(a / b - 1.0) <= tol
 
@@ -251,15 +264,21 @@ class PeriodTracker:
         self._challenger, self._challenger_edge = evidence, edge
         return None
 
-    def widen(self, period_s: float | None, *, factor: float = 1.5) -> float | None:
+    def widen(self, period_s: float | None, *, deep: float = 4.0) -> float | None:
         """Feed the period of the whole window while locked on a shorter one.
 
         Locking narrows the window to a few locked periods; a job locked on a short inner
-        period first (the layer train of a ZeRO step, seen before a whole step was) would then
-        never show its step again. Returns a longer period to re-lock on when two consecutive
-        whole-window periods agree and are at least ``factor`` times the locked one.
+        period first (the layer train of a ZeRO step, an FSDP job's layers, seen before a
+        whole step was) would then never show its step again. Returns a longer period to
+        re-lock on when two consecutive whole-window periods agree and are at least ``deep``
+        times the locked one: a shallower nesting (gradient accumulation over 2-3 micro-steps)
+        shows in the locked window of 16 periods itself, while a ring that still holds an
+        earlier traffic (T 1.0 s, then 1.3 s) repeats at their common multiple, 3.9 s, which
+        re-locked the benchmark's no-reset diagnostic and held it. (Requiring the locked period
+        as the whole window's inner one was tried: a jittery FSDP job's whole window shows its
+        step without the layers half the time, and a ZeRO-3 demo widened 10 s later.)
         """
-        if self._locked is None or period_s is None or period_s < factor * self._locked:
+        if self._locked is None or period_s is None or period_s < deep * self._locked:
             self._outer = None
             return None
         if self._outer is not None and _close(period_s, self._outer, self._agree):
@@ -275,12 +294,21 @@ class PeriodTracker:
     ) -> TrackerUpdate:
         """Feed one window's period (None = no period found) and the estimate's confidence.
 
+        While locked, a period a quarter of the locked one or shorter counts as no period: it
+        is structure inside the step (an FSDP job's layers, micro-batches), which a window too
+        jittery to show the step still shows; two such windows re-locked a real FSDP job from
+        its 1.33 s step onto its 0.11 s layers. A job that really changed that much loses the
+        lock to the misses and is found afresh. (The whole-window watch widens by that factor
+        too: :meth:`widen`.)
+
         ``rel_error`` is the window's own relative standard error of T (interval spread over
         the square root of the cycles): under step jitter two windows of a few cycles differ by
         more than ``agree`` though both are right (12 % jitter over 7 steps: 5 % each), so
         two of them agree within twice the larger error, up to ``max_agree``. Inner and outer
         periods of a nested job, and harmonics, stay 30 % and more apart.
         """
+        if period_s is not None and self._locked is not None and 4.0 * period_s <= self._locked:
+            period_s = None
         if period_s is None:
             self._misses += 1
             self._candidate, self._streak = None, 0

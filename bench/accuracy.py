@@ -72,6 +72,7 @@ from agent.tracker import (
     RecentWatch,
     periods_kept_after_lost_lock,
     watch_recent,
+    whole_window_period,
 )
 from agent.windows import window_capacity
 
@@ -1100,6 +1101,8 @@ def run_online(
         return now - min(settings.window_s, max(settings.min_window_s, periods * t))
 
     k = 1
+    estimates = 0  # Pipeline._estimates: hops that had a window to estimate
+    hops_locked = 0  # Pipeline._hops_locked
     while True:
         now = t_start + k * settings.hop_s
         k += 1
@@ -1107,7 +1110,8 @@ def run_online(
             break
         window.advance(now)
         grid = window.grid(since=start(now, settings.lock_window_periods))
-        if grid is None or grid.duration_s < settings.min_window_s:
+        # 10 % slack, as Pipeline._inputs: a locked window of min_window_s holds a poll less.
+        if grid is None or grid.duration_s < 0.9 * settings.min_window_s:
             out.append(OnlineUpdate(now, None, None, 0.0))
             continue
         est, recent_from = estimate_recent(
@@ -1138,12 +1142,31 @@ def run_online(
             if relocked is not None:
                 update = replace(update, period_s=relocked, changed=True)
                 keep_from = watch.keep_from(now, relocked, settings.restart_periods)
+        hops_locked = (
+            0
+            if update.period_s is None or was_locked is None or update.changed
+            else (hops_locked + 1)
+        )
+        if (
+            relocked is None
+            and update.period_s is not None
+            and (
+                hops_locked < settings.outer_watch_fast_hops
+                or estimates % max(1, settings.outer_watch_hops) == 0
+            )
+        ):
+            whole = window.grid()
+            relocked = tracker.widen(whole_window_period(whole) if whole else None)
+            if relocked is not None:
+                update = replace(update, period_s=relocked, changed=True)
+                keep_from = now - settings.lock_window_periods * relocked
         if was_locked is None and update.period_s is not None and recent_from is not None:
             relocked, keep_from = update.period_s, recent_from  # as Pipeline._estimate_loop
         if reset and relocked is not None:
             if keep_from is None:
                 keep_from = now - settings.restart_periods * relocked
             window.drop_before(keep_from)
+        estimates += 1
         conf = est.confidence if update.period_s is not None else 0.0
         out.append(OnlineUpdate(now, update.period_s, est.period_s, conf))
         if stop is not None and stop(out):

@@ -185,3 +185,23 @@ def test_log_grid_conserves_the_bytes_of_the_calls() -> None:
     assert grid.t0 == pytest.approx(0.3)
     assert grid.duration_s == pytest.approx(4.71, abs=0.011)
     assert float(np.sum(grid.rate) * grid.dt) == pytest.approx(12 * 25e6)
+
+
+def test_a_far_shorter_period_while_locked_is_no_period_not_a_new_lock() -> None:
+    """Windows that show only the layers of a locked FSDP step (a quarter of T or less) count
+    as misses: two of them no longer re-lock onto the layers; enough of them still let go. A
+    third of T is a period like any other (a lock on a common multiple must be left)."""
+    tr = PeriodTracker(hop_s=1.0)
+    tr.update(1.35, confidence=0.9)
+    assert tr.update(0.11, 0.1).period_s == 1.35
+    assert tr.update(0.11, 0.1).period_s == 1.35
+    assert tr.update(1.37, 0.2).period_s == 1.37  # the step again: the misses reset
+    for _ in range(2):
+        tr.update(0.11, 0.1)
+    assert tr.update(0.11, 0.1).period_s is None  # three in a row: the lock goes
+    assert tr.update(0.5, 0.1).period_s is None  # unlocked, short periods lock as ever
+    assert tr.update(0.5, 0.1).period_s == 0.5
+    wrong = PeriodTracker()
+    wrong.update(3.9, confidence=0.9)
+    wrong.update(1.3, 0.5)
+    assert wrong.update(1.3, 0.5).period_s == 1.3

@@ -221,6 +221,19 @@ def test_tracker_widens_to_an_outer_period_seen_twice_over_the_whole_window() ->
     assert PeriodTracker().widen(3.6) is None  # nothing locked, nothing to widen
 
 
+def test_tracker_widens_only_to_a_period_far_longer_than_the_locked_one() -> None:
+    """A ring holding two jobs' traffic (T 1.0 s, then 1.3 s) repeats at their common multiple,
+    3.9 s: three locked periods are no outer period (the benchmark's no-reset diagnostic
+    re-locked on it and stayed); a shallow nesting shows in the locked window itself."""
+    tr = PeriodTracker()
+    tr.update(1.3, confidence=0.9)
+    for _ in range(3):
+        assert tr.widen(3.9) is None
+    assert tr.locked == pytest.approx(1.3)
+    assert tr.widen(5.3) is None
+    assert tr.widen(5.3) == pytest.approx(5.3)
+
+
 def test_tracker_unlocks_after_three_empty_windows() -> None:
     tr = PeriodTracker()
     tr.update(2.0)

@@ -147,7 +147,7 @@ def burst_stats(
     rel_noise = noise / contrast
     width = 1
     if rel_noise > 0.1:
-        width = math.ceil((rel_noise / 0.1) ** 2)
+        width = max(1, round((rel_noise / 0.1) ** 2))
         if period_s is not None:
             width = min(width, max(1, int(period_s / dt / 8)))
         u = boxcar(u, width)

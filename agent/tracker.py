@@ -20,6 +20,7 @@ from agent.period import edge_timing, estimate_period
 from agent.rates import GridSeries, active_span
 
 __all__ = [
+    "NESTED_RATIO",
     "STEP_RATIO",
     "PeriodTracker",
     "RecentWatch",
@@ -55,6 +56,10 @@ def periods_kept_after_lost_lock(
     """
     return lock_window_periods if stopped else restart_periods
 
+
+#: A period this many times shorter than the locked one is structure inside its step, not a
+#: new step; and the whole-window watch widens a lock only to a period this many times longer.
+NESTED_RATIO = 4.0
 
 #: The step-change watch only considers a new period within this factor of the locked one.
 #: Further off, what a short window or the burst edges show is more likely structure inside
@@ -264,7 +269,7 @@ class PeriodTracker:
         self._challenger, self._challenger_edge = evidence, edge
         return None
 
-    def widen(self, period_s: float | None, *, deep: float = 4.0) -> float | None:
+    def widen(self, period_s: float | None, *, deep: float = NESTED_RATIO) -> float | None:
         """Feed the period of the whole window while locked on a shorter one.
 
         Locking narrows the window to a few locked periods; a job locked on a short inner
@@ -307,7 +312,11 @@ class PeriodTracker:
         two of them agree within twice the larger error, up to ``max_agree``. Inner and outer
         periods of a nested job, and harmonics, stay 30 % and more apart.
         """
-        if period_s is not None and self._locked is not None and 4.0 * period_s <= self._locked:
+        if (
+            period_s is not None
+            and self._locked is not None
+            and NESTED_RATIO * period_s <= self._locked
+        ):
             period_s = None
         if period_s is None:
             self._misses += 1

@@ -1013,12 +1013,27 @@ def _held(
             cycles=lv.samples.size / found,
             valid=True,
         )
+    return _near_candidate(expected_s, detections, cfg, comb=cfg.comb_min, z=cfg.rescue_z_min)
+
+
+def _near_candidate(
+    expected_s: float,
+    detections: list[LevelDetection],
+    cfg: DetectorSettings,
+    *,
+    comb: float,
+    z: float,
+) -> LevelDetection | None:
+    """The most significant candidate near the locked period, marked valid, or None.
+
+    Near: within ``hold_tolerance``, with at least this comb and z, over ``few_cycles``.
+    """
     near = [
         d
         for d in detections
         if abs(d.period_s / expected_s - 1.0) <= cfg.hold_tolerance
-        and d.comb >= cfg.comb_min
-        and d.z >= cfg.rescue_z_min
+        and d.comb >= comb
+        and d.z >= z
         and d.cycles >= cfg.few_cycles
     ]
     return replace(max(near, key=lambda d: d.z), valid=True) if near else None
@@ -1045,15 +1060,7 @@ def _locked_outer(
     held = _held(expected_s, detections, pyramid, prepared, cfg, t0)
     if held is not None:
         return held
-    near = [
-        d
-        for d in detections
-        if abs(d.period_s / expected_s - 1.0) <= cfg.hold_tolerance
-        and d.comb >= cfg.moderate_comb
-        and d.z >= cfg.strong_z_min
-        and d.cycles >= cfg.few_cycles
-    ]
-    return replace(max(near, key=lambda d: d.z), valid=True) if near else None
+    return _near_candidate(expected_s, detections, cfg, comb=cfg.moderate_comb, z=cfg.strong_z_min)
 
 
 def estimate_period(

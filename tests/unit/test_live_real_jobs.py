@@ -244,13 +244,7 @@ def test_a_real_fsdp_job_is_reported_by_its_step_not_its_layers(
     watch widens it to the step, and the lock stays there: from 20 s on (15 steps), the share
     of hops whose T is within 5 % of the last 10 s of steps. Before, the agent widened once
     and fell back onto the layers for the rest of the job (T 0.11 s, 3 MB per step)."""
-    times, cum, ends, _ = _fsdp(name)
-    updates = acc.run_online(
-        acc.Stream(times, cum),
-        PipelineSettings(hop_s=1.0, counter_rate_hz=100.0),
-        t_start=float(times[0]) + phase,
-        t_end=float(ends[-1]),
-    )
+    updates, ends, _ = _replay(name, phase)
     late = [u for u in updates if 20.0 <= u.time_s <= ends[-1]]
     good = [
         u

@@ -113,6 +113,15 @@ class Estimate:
     period_detail: PeriodResult | None = field(default=None, repr=False, compare=False)
     burst_detail: BurstStats | None = field(default=None, repr=False, compare=False)
 
+    def traffic_stopped(self, idle_bytes_per_s: float = IDLE_BYTES_PER_S) -> bool:
+        """No burst left in the window and its mean rate idle: the job is gone.
+
+        Bursts alone do not say it: a window of 2 s inside a busy FSDP step (D 0.65, layer
+        bursts a few polls long) can hold no clear two-level burst while 28 MB/s flow.
+        """
+        quiet = self.mean_bandwidth is None or self.mean_bandwidth < idle_bytes_per_s
+        return self.last_burst_end_s is None and quiet
+
     @property
     def period_rel_error(self) -> float:
         """Relative standard error of T from its burst intervals' spread (0 when unknown).

@@ -552,14 +552,17 @@ class Pipeline:
             update = self._tracker.update(est.period_s, est.confidence, est.period_rel_error)
             if was_locked is not None and update.period_s is None:
                 periods = periods_kept_after_lost_lock(
-                    stopped=est.last_burst_end_s is None,
+                    stopped=est.traffic_stopped(self._cfg.idle_bytes_per_s),
                     lock_window_periods=self._cfg.lock_window_periods,
                     restart_periods=self._cfg.restart_periods,
+                    locked_s=was_locked,
+                    min_window_s=self._cfg.min_window_s,
                 )
-                lost_from = self._clock.now() - periods * was_locked
-                for window in self._state.counters.values():
-                    window.drop_before(lost_from)
-                self._calls_floor = lost_from
+                if periods is not None:
+                    lost_from = self._clock.now() - periods * was_locked
+                    for window in self._state.counters.values():
+                        window.drop_before(lost_from)
+                    self._calls_floor = lost_from
             relocked = update.period_s if update.changed else None
             keep_from: float | None = None
             if relocked is None and update.period_s is not None:

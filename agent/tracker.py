@@ -43,8 +43,13 @@ class TrackerUpdate:
 
 
 def periods_kept_after_lost_lock(
-    *, stopped: bool, lock_window_periods: float, restart_periods: float
-) -> float:
+    *,
+    stopped: bool,
+    lock_window_periods: float,
+    restart_periods: float,
+    locked_s: float | None = None,
+    min_window_s: float = 0.0,
+) -> float | None:
     """How many of the lost period's lengths of data the window keeps once the lock is lost.
 
     A job that stopped (no burst left in the locked window) keeps that window: its old bursts
@@ -52,9 +57,18 @@ def periods_kept_after_lost_lock(
     job that still talks changed its traffic: the ring is mostly the old traffic and would
     re-lock on the old T (or on nothing for a long while), so only a few old periods are kept
     and the new T is looked for as at a cold start (benchmark: the median re-lock after
-    T 1.0 → 1.3 s at a 1 s hop went from 12.3 to 7.7 periods).
+    T 1.0 → 1.3 s at a 1 s hop went from 12.3 to 7.7 periods). Unless those few periods of
+    ``locked_s`` are shorter than ``min_window_s``: then None, the ring is kept. So short a
+    lock that is lost while the traffic goes on was most likely structure inside a longer
+    step (a real FSDP job's 0.11 s layers, whose 2 s windows stop showing them), and the
+    ring's steps find that step at once instead of after it has filled again (12 against
+    17 s on a jittery FSDP recording).
     """
-    return lock_window_periods if stopped else restart_periods
+    if stopped:
+        return lock_window_periods
+    if locked_s is not None and restart_periods * locked_s < min_window_s:
+        return None
+    return restart_periods
 
 
 #: A period this many times shorter than the locked one is structure inside its step, not a

@@ -1124,11 +1124,14 @@ def run_online(
         update = tracker.update(est.period_s, est.confidence, est.period_rel_error)
         if reset and was_locked is not None and update.period_s is None:
             periods = periods_kept_after_lost_lock(
-                stopped=est.last_burst_end_s is None,
+                stopped=est.traffic_stopped(),
                 lock_window_periods=settings.lock_window_periods,
                 restart_periods=settings.restart_periods,
+                locked_s=was_locked,
+                min_window_s=settings.min_window_s,
             )
-            window.drop_before(now - periods * was_locked)
+            if periods is not None:
+                window.drop_before(now - periods * was_locked)
         relocked = update.period_s if update.changed else None
         keep_from: float | None = None
         if reset and relocked is None and update.period_s is not None:

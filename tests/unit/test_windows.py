@@ -342,3 +342,15 @@ def test_a_lost_lock_keeps_the_locked_window_only_for_a_job_that_stopped() -> No
     )
     assert talking == 5.0
     assert stopped == 16.0
+    # Five lost periods of 0.11 s (an FSDP job's layers) hold less than a minimum window:
+    # the ring, with the steps those layers were part of, is kept.
+    layers = periods_kept_after_lost_lock(
+        stopped=False, lock_window_periods=16.0, restart_periods=5.0, locked_s=0.11,
+        min_window_s=2.0,
+    )  # fmt: skip
+    steps = periods_kept_after_lost_lock(
+        stopped=False, lock_window_periods=16.0, restart_periods=5.0, locked_s=1.0,
+        min_window_s=2.0,
+    )  # fmt: skip
+    assert layers is None
+    assert steps == 5.0

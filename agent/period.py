@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import bisect
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -918,21 +919,31 @@ def _confirmed_by_edges(
     if not candidates:
         return None
     det = max(candidates, key=lambda d: d.z)
-    for lv in pyramid:
-        if det.period_s / lv.dt < 8:
-            break
-        timing = edge_timing(lv.samples, lv.dt, det.period_s, t0=t0 + lv.start_s)
-        if timing is None or not 0.8 <= timing.bursts_per_period <= 1.25:
-            continue
+    for _, _, timing in _one_burst_levels(pyramid, det.period_s, t0):
         if (
             timing.regular_fraction >= 0.9
             and timing.interval_cv <= cfg.rescue_max_cv
             and abs(timing.period_s / det.period_s - 1.0) <= 0.05
         ):
             return replace(det, valid=True)
-        # Pieces of bursts (a bucket gap, a stalled sender) repeat irregularly at a fine level
-        # and merge one level coarser, as in :func:`estimate_period`'s edge refinement.
     return None
+
+
+def _one_burst_levels(
+    pyramid: list[PyramidLevel], period_s: float, t0: float
+) -> Iterator[tuple[int, PyramidLevel, EdgeTiming]]:
+    """Fine to coarse, the levels whose burst edges at ``period_s`` come once a period.
+
+    Levels stop where a period is under 8 samples. Callers take the first level whose edges
+    pass their test: pieces of bursts (a bucket gap, a stalled sender) repeat irregularly at
+    a fine level and merge one level coarser, as in :func:`estimate_period`'s edge refinement.
+    """
+    for level, lv in enumerate(pyramid):
+        if period_s / lv.dt < 8:
+            return
+        timing = edge_timing(lv.samples, lv.dt, period_s, t0=t0 + lv.start_s)
+        if timing is not None and 0.8 <= timing.bursts_per_period <= 1.25:
+            yield level, lv, timing
 
 
 def _all_interval_cv(rising_s: FloatArray, period_s: float) -> float:
@@ -980,21 +991,15 @@ def _held(
     fills most of its window with regular bursts.
     """
     end_s = t0 + pyramid[0].samples.size * pyramid[0].dt
-    for level, lv in enumerate(pyramid):
-        lag = expected_s / lv.dt
-        if lag < 8:
-            break
-        timing = edge_timing(lv.samples, lv.dt, expected_s, t0=t0 + lv.start_s)
+    for level, lv, timing in _one_burst_levels(pyramid, expected_s, t0):
         if (
-            timing is None
-            or not 0.8 <= timing.bursts_per_period <= 1.25
-            or timing.regular_fraction < cfg.min_regular_fraction
+            timing.regular_fraction < cfg.min_regular_fraction
             or timing.interval_cv > cfg.max_interval_cv
             or timing.cycles < cfg.few_cycles
             or abs(timing.period_s / expected_s - 1.0) > cfg.hold_tolerance
             or _all_interval_cv(timing.rising_s, expected_s) > cfg.hold_max_cv
         ):
-            continue  # pieces of bursts at a fine level merge at a coarser one
+            continue
         if end_s - float(timing.rising_s[-1]) > 2.0 * expected_s:
             return None  # the job's last burst is behind it: the bursts are history
         lv_prep = prepared[level]

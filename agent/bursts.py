@@ -3,7 +3,8 @@
 Estimators (research/period_estimation.md §3.6):
 
 * samples are classified on/off against the midpoint of the two levels (2-means), smoothed
-  first only when the noise would otherwise flip samples;
+  first only when the noise would otherwise flip samples (and not where smoothing would merge
+  a train of transfers about two samples long, such as a pipeline stage's micro-batches);
 * both masks are eroded so that samples straddling a burst edge (counter semantics: a partial
   value) never enter either level — this is what makes B unbiased by edges;
 * **B** = mean of the on-core: the link rate while a burst is in progress (the mean, not the
@@ -104,6 +105,70 @@ def _structured(values: FloatArray, lo: float, hi: float) -> bool:
     return mean_run >= max(2.0, 2.0 / (1.0 - p))
 
 
+#: Share of a smoothed burst's samples that may sit near the background before the "burst" is
+#: called a train of transfers the poll rate does not resolve (Gaussian plateau noise puts
+#: about 2 % there at the highest noise that is smoothed without reaching this rule).
+_TRAIN_DIP_SHARE = 0.1
+
+
+def _merged_train(u_core: FloatArray, rel_noise: float) -> bool:
+    """Whether smoothing would merge separate short transfers into one apparent burst.
+
+    Smoothing is for noisy plateaus: their samples scatter around the on level and fall near
+    the background only in the noise's far tail. A pipeline stage's micro-batch transfers
+    (each about two polls, as long again between them) also read as "noise" (a full sample
+    next to a partial one), and the smoothed run then spans the whole train: its mean is the
+    train's average, B came out a third to a half of the wire rate and D two to four times too
+    high. Such a run holds many samples back at the background level.
+    """
+    if u_core.size < MIN_CORE_SAMPLES:
+        return False
+    dips = int(np.count_nonzero(u_core < 0.25))
+    if dips < MIN_CORE_SAMPLES:
+        return False
+    expected = 0.5 * math.erfc(0.75 / max(rel_noise, 1e-12) / math.sqrt(2.0))
+    share = dips / u_core.size
+    return share >= _TRAIN_DIP_SHARE and share >= 3.0 * expected
+
+
+#: Highest relative noise at which raw samples may be classified when smoothing would leave no
+#: burst core: a sample of a plateau then falls below half height in about 2 % of cases.
+_RAW_CLASSIFY_NOISE = 0.25
+
+
+def _smoothing_width(
+    u: FloatArray,
+    finite: npt.NDArray[np.bool_],
+    rel_noise: float,
+    dt: float,
+    period_s: float | None,
+) -> int:
+    """Boxcar width that brings the plateau noise to 0.1 of the contrast, or 1 (no smoothing).
+
+    The noise estimate cannot tell noise from bursts about two samples long (a full sample next
+    to a partial one), so the smoothing is dropped again where it would merge a train of such
+    transfers (:func:`_merged_train`), or where it leaves no burst core at all while the raw
+    samples have one and the noise is low enough to classify them one by one.
+    """
+    if rel_noise <= 0.1:
+        return 1
+    width = max(1, round((rel_noise / 0.1) ** 2))
+    if period_s is not None:
+        width = min(width, max(1, int(period_s / dt / 8)))
+    if width == 1:
+        return 1
+    smoothed_core = erode((boxcar(u, width) >= 0.5) & finite, width // 2 + 1)
+    if _merged_train(u[smoothed_core], rel_noise):
+        return 1
+    if (
+        np.count_nonzero(smoothed_core) < MIN_CORE_SAMPLES
+        and rel_noise <= _RAW_CLASSIFY_NOISE
+        and np.count_nonzero(erode((u >= 0.5) & finite, 1)) >= MIN_CORE_SAMPLES
+    ):
+        return 1
+    return width
+
+
 def burst_stats(
     rate: FloatArray,
     dt: float,
@@ -143,14 +208,10 @@ def burst_stats(
         return BurstStats(None, lo, hi, None, mean, None, 0, None, None, False, False, noise)
 
     filled = np.where(finite, x, lo)
-    u = (filled - lo) / contrast
+    u_raw = (filled - lo) / contrast
     rel_noise = noise / contrast
-    width = 1
-    if rel_noise > 0.1:
-        width = max(1, round((rel_noise / 0.1) ** 2))
-        if period_s is not None:
-            width = min(width, max(1, int(period_s / dt / 8)))
-        u = boxcar(u, width)
+    width = _smoothing_width(u_raw, finite, rel_noise, dt, period_s)
+    u = boxcar(u_raw, width)
     on = (u >= 0.5) & finite
     off = (u < 0.5) & finite
     starts, ends = on_runs(on)
@@ -174,7 +235,7 @@ def burst_stats(
             # Bursts shorter than the smoothing: smoothing spread them below half height, into
             # the "off" class, and their bytes would count as background (V would collapse).
             # The background comes from the unsmoothed samples instead.
-            raw_off = erode((filled - lo) / contrast < 0.5, 1) & finite
+            raw_off = erode(u_raw < 0.5, 1) & finite
             off_core = raw_off if raw_off.any() else off_core
         off_vals = x[off_core]
         off_level = float(off_vals.mean()) if off_vals.size else lo

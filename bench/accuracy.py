@@ -1063,12 +1063,15 @@ class OnlineWindow:
 
 @dataclass(frozen=True)
 class OnlineUpdate:
-    """One hop of the wrapper: when, the reported (tracker) T, the raw T, the confidence."""
+    """One hop of the wrapper: when, the reported (tracker) T, the raw T, the confidence, and
+    the window's B and D."""
 
     time_s: float
     reported_s: float | None
     raw_s: float | None
     confidence: float
+    burst_bandwidth: float | None = None
+    duty: float | None = None
 
 
 def run_online(
@@ -1171,7 +1174,11 @@ def run_online(
             window.drop_before(keep_from)
         estimates += 1
         conf = est.confidence if update.period_s is not None else 0.0
-        out.append(OnlineUpdate(now, update.period_s, est.period_s, conf))
+        out.append(
+            OnlineUpdate(
+                now, update.period_s, est.period_s, conf, est.burst_bandwidth, est.duty_cycle
+            )
+        )
         if stop is not None and stop(out):
             break
     return out

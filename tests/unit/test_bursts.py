@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import numpy.typing as npt
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -17,6 +18,7 @@ from agent.simulator.sampling import Cumulative
 from tests.signals import periodic_bursts, sample_bursts, square_wave
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+FloatArray = npt.NDArray[np.float64]
 
 
 @pytest.mark.parametrize(
@@ -45,6 +47,55 @@ def test_sub_sample_bursts_keep_v_but_flag_b_unresolved() -> None:
     assert not s.resolved
     assert s.burst_bandwidth is None
     assert s.bytes_per_period == pytest.approx(0.004, rel=0.02)
+
+
+def _pipeline_stage(seed: int, gap_s: tuple[float, float]) -> tuple[FloatArray, float]:
+    """A pipeline stage's traffic: per 0.76 s step, 8 micro-batch transfers of 21 ms at
+    50 MB/s, ``gap_s`` apart (the shape of a real 2-stage GPipe job on a 400 Mbit/s link),
+    polled every 10 ms for 40 steps. Returns the rate samples and the true D."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for k in range(40):
+        t = 0.05 + k * 0.76
+        for _ in range(8):
+            rows.append((t, t + 0.021, 50e6))
+            t += 0.021 + rng.uniform(*gap_s)
+    x = sample_bursts(np.asarray(rows), 100, 40 * 0.76)
+    return x + rng.normal(0.0, 0.2e6, x.size), 8 * 0.021 / 0.76
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize(
+    "gap_s",
+    [
+        # 15-30 ms apart: a full sample next to a partial one reads as plateau noise, and the
+        # smoothing merged each step's train: B 13-16 MB/s, D 0.69-0.88 (a false "network-
+        # bound") in 4 of 6 seeds.
+        (0.015, 0.03),
+        # 20-60 ms apart: the smoothing kept the transfers apart but left no burst core, so B
+        # was unresolved although every transfer fills a poll whole.
+        (0.02, 0.06),
+    ],
+)
+def test_two_poll_transfers_are_resolved_one_by_one(gap_s: tuple[float, float], seed: int) -> None:
+    x, duty = _pipeline_stage(seed, gap_s)
+    s = burst_stats(x, 0.01, 0.76)
+    assert s.resolved
+    assert s.burst_bandwidth == pytest.approx(50e6, rel=0.02)
+    assert s.on_ratio == pytest.approx(duty, abs=0.01)
+    assert s.bytes_per_period == pytest.approx(8 * 0.021 * 50e6, rel=0.01)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_noisy_plateaus_are_still_smoothed(seed: int) -> None:
+    # Gaussian noise of 0.2 of the burst height: smoothing is what keeps noise from splitting
+    # each burst into pieces; the train rule must not switch it off.
+    x, realised = square_wave(1.0, 0.3, 100, 30, noise=0.2, seed=seed)
+    s = burst_stats(x, 0.01, realised)
+    assert s.resolved
+    assert s.bursts == pytest.approx(30, abs=1)
+    assert s.burst_bandwidth == pytest.approx(1.0, rel=0.02)
+    assert s.on_ratio == pytest.approx(0.3, abs=0.01)
 
 
 def test_flat_traffic_has_no_bursts() -> None:

@@ -28,12 +28,14 @@ FIXTURES = ROOT / "tests" / "fixtures" / "counters"
 acc = load_script(ROOT / "bench" / "accuracy.py", "bench_accuracy")
 
 
-def _job(name: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
-    """Poll times, cumulative tx bytes, iteration ends (s from the first step), warm-up steps."""
+def _job(name: str, column: int = 2) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    """Poll times, cumulative bytes (column 2: tx, 1: rx), iteration ends (s from the first
+    step), warm-up steps."""
     with gzip.open(FIXTURES / f"{name}.csv.gz", "rt") as f:
         data = np.loadtxt(f, delimiter=",", skiprows=1)
     truth = json.loads((FIXTURES / f"{name}.truth.json").read_text())
-    return data[:, 0], data[:, 2], np.asarray(truth["step_end_s"]), int(truth["warmup_steps"])
+    ends = np.asarray(truth["step_end_s"])
+    return data[:, 0], data[:, column], ends, int(truth["warmup_steps"])
 
 
 def _grid(times: np.ndarray, cum: np.ndarray, since: float, until: float) -> GridSeries:
@@ -53,8 +55,8 @@ def _mean_step(ends: np.ndarray, since: float, until: float) -> float:
 PHASES = (0.0, 0.25, 0.5, 0.75)
 
 
-def _replay(name: str, phase: float) -> tuple[list, np.ndarray, int]:
-    times, cum, ends, warmup = _job(name)
+def _replay(name: str, phase: float, column: int = 2) -> tuple[list, np.ndarray, int]:
+    times, cum, ends, warmup = _job(name, column)
     updates = acc.run_online(
         acc.Stream(times, cum),
         PipelineSettings(hop_s=1.0, counter_rate_hz=100.0),
@@ -278,3 +280,50 @@ def test_a_window_without_bursts_is_stopped_only_when_its_traffic_is_idle() -> N
         est = estimate(EstimateInputs(network={"tx": grid}, network_source="counters"))
         assert est.last_burst_end_s is None
         assert est.traffic_stopped() is stopped
+
+
+# --- Pipeline parallel: micro-batch transfers of about two polls each -----------------------
+
+
+def _pipeline_truth() -> tuple[float, float, float, float]:
+    """Mean step after warm-up, shaped wire rate, wire D and bytes per step (one direction)."""
+    truth = json.loads((FIXTURES / "pp-gloo-gpipe.truth.json").read_text())
+    ends = np.asarray(truth["step_end_s"])
+    step = float(np.diff(ends[int(truth["warmup_steps"]) - 1 :]).mean())
+    rate = float(truth["shaped_rate_bytes_per_s"])
+    per_step = float(truth["transfers_per_step"] * truth["transfer_bytes"])
+    return step, rate, per_step / rate / step, per_step
+
+
+def test_a_pipeline_stage_reads_the_wire_rate_and_the_transfer_duty() -> None:
+    """The gradients coming back to stage 0: 8 transfers of 21 ms per 0.76 s step, 15-40 ms
+    apart. A full poll next to a partial one read as plateau noise, smoothing merged each
+    step's transfers into one burst, and B came out 26 MB/s and D 0.40 against 50 MB/s and
+    0.22."""
+    times, cum, ends, warmup = _job("pp-gloo-gpipe", column=1)
+    step, rate, duty, per_step = _pipeline_truth()
+    grid = _grid(times, cum, float(ends[warmup - 1]), float(ends[-1]))
+    est = estimate(EstimateInputs(network={"rx": grid}, network_source="counters"))
+    assert est.period_s == pytest.approx(step, rel=0.03)
+    assert est.burst_resolved
+    assert est.burst_bandwidth == pytest.approx(rate, rel=0.1)
+    assert est.duty_cycle == pytest.approx(duty, abs=0.03)
+    assert est.bytes_per_iteration == pytest.approx(per_step, rel=0.05)
+
+
+@pytest.mark.parametrize("phase", PHASES)
+def test_a_live_pipeline_stage_is_never_called_network_bound(phase: float) -> None:
+    """Live, hop by hop, on the same direction: D stays near the wire's share of the step on
+    every locked hop, far from the 0.5 of the alert (before: D 0.52-0.61 on 1-4 hops of each
+    phase), and B is the wire rate on most hops. Where smoothing left no burst core, B was
+    unresolved on half the hops; the raw samples' core now gives it."""
+    updates, _, _ = _replay("pp-gloo-gpipe", phase, column=1)
+    _, rate, duty, _ = _pipeline_truth()
+    locked = [u for u in updates if u.reported_s is not None and u.duty is not None]
+    assert len(locked) >= 30
+    duties = np.asarray([u.duty for u in locked])
+    assert float(np.median(duties)) == pytest.approx(duty, abs=0.03)
+    assert float(duties.max()) < 0.35
+    rates = [u.burst_bandwidth for u in locked if u.burst_bandwidth is not None]
+    assert len(rates) >= 0.8 * len(locked)
+    assert float(np.median(rates)) == pytest.approx(rate, rel=0.1)

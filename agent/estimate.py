@@ -103,6 +103,10 @@ class Estimate:
     compute_ratio: float | None = None
     bursts: int = 0
     last_burst_end_s: float | None = None
+    #: Seconds from the last burst's end to the window's last known sample (None: no burst).
+    quiet_s: float | None = None
+    #: Rate above which a slot belongs to a burst (None: no bursts).
+    burst_threshold: float | None = None
     gpu_activity: float | None = None
     bursts_per_period: float | None = None
     burst_resolved: bool = False
@@ -192,22 +196,37 @@ def busier_direction(
     return best
 
 
-def _last_burst_end(grid: GridSeries, bursts: BurstStats, floor: float) -> float | None:
-    """End of the newest grid slot above the on/off midpoint, in the grid's time base.
+def _burst_threshold(bursts: BurstStats, floor: float, *, periodic: bool) -> float | None:
+    """Rate above which a slot is in a burst: the on/off midpoint, never below ``floor``.
 
-    Taken on the whole window (not the whole-period cut), so that "seconds since the last
-    burst" grows from the moment a job stops talking. A slot below ``floor`` (the idle rate)
-    never counts: once the job's bursts have left the window, the two levels of what remains
-    are management chatter (ARP, a teardown's last packets), which must not keep a stalled
-    job's last burst moving.
+    A slot below ``floor`` (the idle rate) never counts: once the job's bursts have left the
+    window, the two levels of what remains are management chatter (ARP, a teardown's last
+    packets), which must not keep a stalled job's last burst moving. Periodic traffic whose
+    two levels are too noisy to call bursts (a pipeline stage's forward sends at a varying
+    TCP rate) still has them: its last burst still tells when the job fell silent.
     """
-    if not bursts.has_bursts:
+    if not (bursts.has_bursts or (periodic and bursts.on_level > bursts.off_level)):
         return None
-    threshold = max(0.5 * (bursts.on_level + bursts.off_level), floor)
+    return max(0.5 * (bursts.on_level + bursts.off_level), floor)
+
+
+def _last_burst_end(grid: GridSeries, threshold: float | None) -> tuple[float, float] | None:
+    """End of the newest grid slot above ``threshold`` and the known seconds after it.
+
+    Times are in the grid's time base. Taken on the whole window (not the whole-period cut),
+    so that "seconds since the last burst" grows from the moment a job stops talking. Slots
+    without a sample (a poll that never came) at the end are not quiet: they are unknown.
+    """
+    if threshold is None:
+        return None
     above = np.flatnonzero(grid.valid & (grid.rate > threshold))
     if above.size == 0:
         return None
-    return grid.t0 + float(above[-1] + 1) * grid.dt
+    known = np.flatnonzero(grid.valid)
+    return (
+        grid.t0 + float(above[-1] + 1) * grid.dt,
+        float(known[-1] - above[-1]) * grid.dt,
+    )
 
 
 def _gpu_activity(gpu: GpuSamples | None) -> tuple[str | None, float | None]:
@@ -337,6 +356,8 @@ def estimate(
     grid: GridSeries | None = None
     period_source: str | None = None
     last_burst_end: float | None = None
+    quiet: float | None = None
+    threshold: float | None = None
     chosen = busier_direction(inputs.network) if inputs.network else None
     if chosen is not None:
         direction, full_grid = chosen
@@ -362,7 +383,10 @@ def estimate(
         period_source = inputs.network_source
         grid = whole_periods(full_grid, period)
         bursts = burst_stats(grid.rate, grid.dt, period.period_s, polls=grid.polls, t0=grid.t0)
-        last_burst_end = _last_burst_end(full_grid, bursts, idle_bytes_per_s)
+        threshold = _burst_threshold(bursts, idle_bytes_per_s, periodic=period.period_s is not None)
+        ended = _last_burst_end(full_grid, threshold)
+        if ended is not None:
+            last_burst_end, quiet = ended
         if grid.resets:
             warnings.append(f"{grid.resets} counter reset(s): those intervals were left out")
     elif mix is not None:
@@ -463,6 +487,8 @@ def estimate(
         compute_ratio=split.compute_fraction if split is not None else None,
         bursts=bursts.bursts if bursts is not None else 0,
         last_burst_end_s=last_burst_end,
+        quiet_s=quiet,
+        burst_threshold=threshold,
         gpu_activity=activity,
         bursts_per_period=bursts_per_period,
         burst_resolved=bool(bursts is not None and bursts.resolved),

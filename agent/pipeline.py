@@ -36,6 +36,8 @@ from agent.sharding import DEFAULT_LATENCY_S
 from agent.tracker import (
     PeriodTracker,
     RecentWatch,
+    job_gone,
+    longest_gap_s,
     periods_kept_after_lost_lock,
     watch_recent,
     whole_window_period,
@@ -549,10 +551,16 @@ class Pipeline:
                 if self._last_burst_wall is None or wall > self._last_burst_wall:
                     self._last_burst_wall = wall
             was_locked = self._tracker.locked
-            update = self._tracker.update(est.period_s, est.confidence, est.period_rel_error)
+            gone = await self._job_gone(est, was_locked)
+            if gone and was_locked is not None:
+                update = self._tracker.release()
+                log.info("no burst for %.3g s: the job stopped, T released", est.quiet_s)
+            else:
+                period = None if gone else est.period_s
+                update = self._tracker.update(period, est.confidence, est.period_rel_error)
             if was_locked is not None and update.period_s is None:
                 periods = periods_kept_after_lost_lock(
-                    stopped=est.traffic_stopped(self._cfg.idle_bytes_per_s),
+                    stopped=gone or est.traffic_stopped(self._cfg.idle_bytes_per_s),
                     lock_window_periods=self._cfg.lock_window_periods,
                     restart_periods=self._cfg.restart_periods,
                     locked_s=was_locked,
@@ -697,6 +705,29 @@ class Pipeline:
         except Exception:  # the watches are advisory: never let them stop the estimates
             log.exception("step-change watch failed on this window")
             return RecentWatch(None)
+
+    async def _job_gone(self, est: Estimate, locked: float | None) -> bool:
+        """Whether the bursts stopped for longer than the job ever paused (:func:`job_gone`).
+
+        The ring is gridded only once the silence exceeds two periods: at a job's end, or in
+        the compute phase of a step whose layers are locked.
+        """
+        period = locked if locked is not None else est.period_s
+        quiet, threshold = est.quiet_s, est.burst_threshold
+        if period is None or quiet is None or threshold is None:
+            return False
+        if not job_gone(quiet, period, 0.0):
+            return False
+        _, grids = self._network(since=None)
+        grid = grids.get(est.direction) if est.direction is not None else None
+        if grid is None:
+            return False
+        try:
+            gap = await asyncio.to_thread(longest_gap_s, grid, threshold)
+        except Exception:  # advisory: never let it stop the estimates
+            log.exception("quiet watch failed on this window")
+            return False
+        return job_gone(quiet, period, gap)
 
     async def _whole_window_period(self) -> float | None:
         """T of the whole window (the outer-period watch), off the loop."""

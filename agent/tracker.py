@@ -21,11 +21,15 @@ from agent.rates import GridSeries, active_span
 
 __all__ = [
     "NESTED_RATIO",
+    "QUIET_GAP_MARGIN",
+    "QUIET_PERIODS",
     "STEP_RATIO",
     "PeriodTracker",
     "RecentWatch",
     "StepChange",
     "TrackerUpdate",
+    "job_gone",
+    "longest_gap_s",
     "periods_kept_after_lost_lock",
     "step_change",
     "watch_recent",
@@ -190,6 +194,37 @@ def whole_window_period(grid: GridSeries) -> float | None:
     return estimate_period(grid.rate, grid.dt, t0=grid.t0).period_s
 
 
+#: A job is taken as gone once no burst has come for this many of its periods ...
+QUIET_PERIODS = 2.0
+#: ... and for this many times the longest gap between two bursts in the ring: a lock on the
+#: layers of a ZeRO-3 / FSDP step (before the whole-window watch widens it) sees the step's
+#: compute phase as many quiet "periods", and giving the lock up there lost the step.
+QUIET_GAP_MARGIN = 1.5
+
+
+def longest_gap_s(grid: GridSeries, threshold: float) -> float:
+    """The longest stretch between two slots above ``threshold``: the traffic's own pauses.
+
+    Slots without a sample count as part of a gap (unknown is not evidence of activity), which
+    can only lengthen it and so delay the verdict of :func:`job_gone`, never hasten it.
+    """
+    above = np.flatnonzero(grid.valid & (grid.rate > threshold))
+    if above.size < 2:
+        return 0.0
+    return float(np.diff(above).max() - 1) * grid.dt
+
+
+def job_gone(quiet_s: float, period_s: float, ring_gap_s: float) -> bool:
+    """Whether a silence of ``quiet_s`` since the last burst means the periodic job stopped.
+
+    The window still holds the job's bursts for many periods after it stopped, so its period
+    is still found there (T stayed 4-10 s after real jobs ended). A silence longer than two
+    periods and 1.5 times any pause of the traffic in the ring has not been seen while the
+    job ran.
+    """
+    return quiet_s > QUIET_PERIODS * period_s and quiet_s > QUIET_GAP_MARGIN * ring_gap_s
+
+
 def _close(a: float, b: float, tol: float) -> bool:
     return abs(a / b - 1.0) <= tol
 
@@ -307,6 +342,13 @@ class PeriodTracker:
             return period_s
         self._outer = period_s
         return None
+
+    def release(self) -> TrackerUpdate:
+        """Give the lock up at once: the job stopped (:func:`job_gone`), no misses to wait for."""
+        self._locked = self._candidate = self._challenger = self._challenger_edge = None
+        self._outer = None
+        self._streak = self._misses = 0
+        return TrackerUpdate(None, False, False)
 
     def update(
         self, period_s: float | None, confidence: float = 0.0, rel_error: float = 0.0

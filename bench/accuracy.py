@@ -70,6 +70,8 @@ from agent.rates import GridSeries, grid_from_cumulative
 from agent.tracker import (
     PeriodTracker,
     RecentWatch,
+    job_gone,
+    longest_gap_s,
     periods_kept_after_lost_lock,
     watch_recent,
     whole_window_period,
@@ -1074,6 +1076,19 @@ class OnlineUpdate:
     duty: float | None = None
 
 
+def _job_gone(window: OnlineWindow, est: Estimate, locked: float | None) -> bool:
+    """Pipeline._job_gone: a silence longer than two periods and the ring's longest pause."""
+    period = locked if locked is not None else est.period_s
+    if period is None or est.quiet_s is None or est.burst_threshold is None:
+        return False
+    if not job_gone(est.quiet_s, period, 0.0):
+        return False
+    ring = window.grid()
+    return ring is not None and job_gone(
+        est.quiet_s, period, longest_gap_s(ring, est.burst_threshold)
+    )
+
+
 def run_online(
     stream: Stream,
     settings: PipelineSettings,
@@ -1124,10 +1139,15 @@ def run_online(
             min_window_s=settings.min_window_s,
         )
         was_locked = tracker.locked
-        update = tracker.update(est.period_s, est.confidence, est.period_rel_error)
+        gone = _job_gone(window, est, was_locked)  # as Pipeline._job_gone
+        if gone and was_locked is not None:
+            update = tracker.release()
+        else:
+            period = None if gone else est.period_s
+            update = tracker.update(period, est.confidence, est.period_rel_error)
         if reset and was_locked is not None and update.period_s is None:
             periods = periods_kept_after_lost_lock(
-                stopped=est.traffic_stopped(),
+                stopped=gone or est.traffic_stopped(),
                 lock_window_periods=settings.lock_window_periods,
                 restart_periods=settings.restart_periods,
                 locked_s=was_locked,

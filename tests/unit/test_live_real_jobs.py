@@ -327,3 +327,34 @@ def test_a_live_pipeline_stage_is_never_called_network_bound(phase: float) -> No
     rates = [u.burst_bandwidth for u in locked if u.burst_bandwidth is not None]
     assert len(rates) >= 0.8 * len(locked)
     assert float(np.median(rates)) == pytest.approx(rate, rel=0.1)
+
+
+# --- The end of a job -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("phase", PHASES)
+@pytest.mark.parametrize(
+    "name", ["ddp-gloo-commbound", "ddp-gloo-jittery", "fsdp-gloo-steady", "pp-gloo-gpipe"]
+)
+def test_t_goes_within_two_periods_and_a_hop_of_the_last_burst(name: str, phase: float) -> None:
+    """Each recording, followed by 15 s of an idle counter. The window still holds many of
+    the job's steps after its end, and T was reported 3-13 s after the last burst (the
+    pipeline job: 11-13 s); now T goes at the first hop after two periods of silence (the
+    longest pause between bursts in the ring is far shorter in these jobs)."""
+    times, cum, ends, warmup = _job(name)
+    tail = times[-1] + 0.01 * np.arange(1, 1501)
+    times = np.concatenate([times, tail])
+    cum = np.concatenate([cum, np.full(tail.size, cum[-1])])
+    busy = np.diff(cum) > 1e5
+    last_burst = float(times[1:][busy][-1])
+    step = float(np.diff(ends[warmup:]).mean())
+    updates = acc.run_online(
+        acc.Stream(times, cum),
+        PipelineSettings(hop_s=1.0, counter_rate_hz=100.0),
+        t_start=float(times[0]) + phase,
+        t_end=float(times[-1]),
+    )
+    shown = [u.time_s for u in updates if u.reported_s is not None]
+    assert shown
+    assert shown[-1] > last_burst - 1.0  # locked up to the job's end
+    assert shown[-1] - last_burst <= 2.0 * step + 1.0

@@ -19,8 +19,10 @@ class SquareWaveCounters:
 
     name = "square"
 
-    def __init__(self, period: float = 0.5) -> None:
+    def __init__(self, period: float = 0.5, stop_after_s: float | None = None) -> None:
         self.period = period
+        self.stop_after_s = stop_after_s
+        self.stopped_at: float | None = None
 
     async def run(self, emit: Emit) -> None:
         clock = MonotonicClock()
@@ -36,8 +38,12 @@ class SquareWaveCounters:
                 t = a
                 while t < b:
                     phase = ((t - start) % self.period) / self.period
-                    total += 1e9 * step if phase < 0.3 else 0.0
+                    running = self.stop_after_s is None or t - start < self.stop_after_s
+                    total += 1e9 * step if phase < 0.3 and running else 0.0
                     t += step
+            stop = self.stop_after_s
+            if stop is not None and self.stopped_at is None and now - start >= stop:
+                self.stopped_at = start + stop
             last = now
             emit(CounterReading(now, {"sq_tx_bytes": int(total)}))
 
@@ -141,6 +147,37 @@ def test_a_short_period_keeps_being_estimated_after_the_lock() -> None:
     for snap in after:
         assert snap.estimate is not None
         assert snap.estimate.period_s == pytest.approx(0.1, rel=0.02)
+
+
+def test_t_is_released_soon_after_the_job_stops() -> None:
+    # The square wave stops after 6 s; the window still holds 16 periods of it. T used to stay
+    # until the estimator lost the period in the growing silence and three empty windows had
+    # passed; a silence of two periods (longer than any pause of the wave) now releases it.
+    store = SnapshotStore()
+    seen: list[Snapshot] = []
+    wave = SquareWaveCounters(period=0.5, stop_after_s=6.0)
+    pipeline = Pipeline(
+        [wave],
+        store,
+        settings=PipelineSettings(hop_s=0.5, counter_rate_hz=200),
+        on_snapshot=seen.append,
+    )
+
+    async def main() -> None:
+        asyncio.get_running_loop().call_later(11.0, pipeline.stop)
+        await pipeline.run()
+
+    asyncio.run(main())
+    assert wave.stopped_at is not None
+    before = [s for s in seen if s.time_s < wave.stopped_at]
+    after = [s for s in seen if s.time_s > wave.stopped_at]
+    assert any(s.locked for s in before)
+    last_locked = max((s.time_s for s in after if s.locked), default=wave.stopped_at)
+    # Two periods of silence, then the next hop (0.5 s), with a hop of slack for a busy host.
+    assert last_locked - wave.stopped_at <= 2 * 0.5 + 2 * 0.5
+    assert not after[-1].locked
+    assert after[-1].estimate is not None
+    assert after[-1].estimate.period_s is None
 
 
 class NcclTrains:

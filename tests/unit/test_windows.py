@@ -7,8 +7,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agent.rates import direction_grids
-from agent.tracker import PeriodTracker, periods_kept_after_lost_lock
+from agent.rates import GridSeries, direction_grids
+from agent.tracker import (
+    PeriodTracker,
+    job_gone,
+    longest_gap_s,
+    periods_kept_after_lost_lock,
+)
 from agent.windows import FORGET_COLUMN_AFTER_S, CollectiveWindow, CounterWindow, GpuWindow, Ring
 from collectors._base import CollectiveCall, CounterReading, GpuReading
 
@@ -354,3 +359,44 @@ def test_a_lost_lock_keeps_the_locked_window_only_for_a_job_that_stopped() -> No
     )  # fmt: skip
     assert layers is None
     assert steps == 5.0
+
+
+def _bursts_at(
+    starts: list[float], length: float, dt: float = 0.01, end: float = 10.0
+) -> GridSeries:
+    rate = np.zeros(round(end / dt))
+    for a in starts:
+        rate[round(a / dt) : round((a + length) / dt)] = 1e9
+    return GridSeries(t0=0.0, dt=dt, rate=rate, valid=np.ones(rate.size, dtype=bool))
+
+
+def test_the_longest_gap_is_the_longest_pause_between_two_bursts() -> None:
+    # Layer trains (0.1 s bursts every 0.2 s) with a 1.5 s compute pause between steps, and
+    # the silence after the last burst, which is no pause of the traffic (nothing follows it).
+    grid = _bursts_at([0.0, 0.2, 0.4, 2.0, 2.2, 2.4], 0.1)
+    assert longest_gap_s(grid, 0.5e9) == pytest.approx(1.5)
+    # A poll that never came is part of the gap around it, never a burst.
+    grid.valid[100:120] = False
+    grid.rate[100:120] = np.nan
+    assert longest_gap_s(grid, 0.5e9) == pytest.approx(1.5)
+    assert longest_gap_s(_bursts_at([3.0], 0.1), 0.5e9) == 0.0
+
+
+def test_a_job_is_gone_after_two_periods_and_more_than_its_own_pauses() -> None:
+    assert not job_gone(0.9, 0.5, 0.3)  # under two periods: one late step
+    assert job_gone(1.1, 0.5, 0.3)
+    # A lock on 0.2 s layers in a step that pauses 1.5 s to compute: 1.6 s of silence is
+    # that pause, not the end (giving the lock up there lost the step, which the ring shows).
+    assert not job_gone(1.6, 0.2, 1.5)
+    assert job_gone(2.3, 0.2, 1.5)
+
+
+def test_a_released_lock_starts_afresh() -> None:
+    tr = PeriodTracker()
+    tr.update(1.0)
+    assert tr.update(1.0).period_s == 1.0
+    update = tr.release()
+    assert update.period_s is None
+    assert tr.locked is None
+    assert tr.update(1.0).period_s is None  # two agreeing windows again, as at a cold start
+    assert tr.update(1.0).period_s == 1.0

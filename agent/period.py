@@ -120,6 +120,10 @@ class DetectorSettings:
     #: fine samples inside bursts misplace the edges of the pieces they cut (a real veth
     #: capture: 5 % spread and T 0.3 % off at 4 ms, 0.2 % spread and T exact at 16 ms).
     fragment_cv: float = 0.02
+    #: A period too short for its burst edges to be timed (under 8 samples) must have a burst
+    #: in at least this share of its cycles: the calls of one NCCL sync point 4 ms apart, every
+    #: second, made a "4 ms period" of 250 cycles in a window that held only two such trains.
+    min_occupancy: float = 0.5
 
 
 @dataclass(frozen=True)
@@ -873,6 +877,24 @@ def _without_few_cycle_multiples(
     return keep
 
 
+def _occupancy(x: FloatArray, dt: float, period_s: float) -> float:
+    """Share of the window's period-long stretches that hold a sample above the level midpoint.
+
+    A period repeats across the window; a rhythm inside bursts (calls of one sync point, frames
+    of one transfer) fills only the stretches where the bursts are. Used for periods too short
+    for their burst edges to be timed, which the edge checks therefore never see.
+    """
+    n = max(1, round(period_s / dt))
+    chunks = x.size // n
+    if chunks < 2:
+        return 1.0
+    lo, hi = two_means(x)
+    if hi <= lo:
+        return 1.0
+    busy = x[: chunks * n].reshape(chunks, n).max(axis=1) > 0.5 * (lo + hi)
+    return float(np.count_nonzero(busy)) / chunks
+
+
 def _rejected(
     current: LevelDetection,
     detections: list[LevelDetection],
@@ -1157,6 +1179,16 @@ def estimate_period(
         outer = _locked_outer(expected_period_s, detections, pyramid, prepared, cfg, t0)
         if outer is not None:
             inner, current = current, outer
+
+    if current.period_s / dt < 8:
+        share = _occupancy(x, dt, current.period_s)
+        if share < cfg.min_occupancy:
+            return _rejected(
+                current,
+                detections,
+                f"a {current.period_s * 1e3:.3g} ms rhythm holds a burst in only {share:.0%} of "
+                "its cycles: it is structure inside bursts, and the window shows no longer period",
+            )
 
     period = current.period_s
     method = "nsdf"

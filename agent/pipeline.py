@@ -37,6 +37,7 @@ from agent.tracker import (
     PeriodTracker,
     RecentWatch,
     job_gone,
+    longest_event_gap_s,
     longest_gap_s,
     periods_kept_after_lost_lock,
     watch_recent,
@@ -551,10 +552,10 @@ class Pipeline:
                 if self._last_burst_wall is None or wall > self._last_burst_wall:
                     self._last_burst_wall = wall
             was_locked = self._tracker.locked
-            gone = await self._job_gone(est, was_locked)
+            gone = await self._job_gone(est, was_locked, inputs)
             if gone and was_locked is not None:
                 update = self._tracker.release()
-                log.info("no burst for %.3g s: the job stopped, T released", est.quiet_s)
+                log.info("no burst for over %.3g s: the job stopped, T released", 2 * was_locked)
             else:
                 period = None if gone else est.period_s
                 update = self._tracker.update(period, est.confidence, est.period_rel_error)
@@ -706,17 +707,29 @@ class Pipeline:
             log.exception("step-change watch failed on this window")
             return RecentWatch(None)
 
-    async def _job_gone(self, est: Estimate, locked: float | None) -> bool:
+    async def _job_gone(self, est: Estimate, locked: float | None, inputs: EstimateInputs) -> bool:
         """Whether the bursts stopped for longer than the job ever paused (:func:`job_gone`).
 
         The ring is gridded only once the silence exceeds two periods: at a job's end, or in
-        the compute phase of a step whose layers are locked.
+        the compute phase of a step whose layers are locked. With the NCCL log alone, the
+        silence runs from its newest call to now and the pauses are those between its calls.
         """
         period = locked if locked is not None else est.period_s
-        quiet, threshold = est.quiet_s, est.burst_threshold
-        if period is None or quiet is None or threshold is None:
+        if period is None:
             return False
-        if not job_gone(quiet, period, 0.0):
+        mix = inputs.collectives
+        if not inputs.network and mix is not None:
+            timed = mix.call_times[np.isfinite(mix.call_times)]
+            if timed.size == 0:
+                return False
+            silent = self._clock.now() - float(timed.max())
+            if not job_gone(silent, period, 0.0):
+                return False
+            ring = self._state.calls.mix(since=None)
+            gap = longest_event_gap_s(ring.call_times) if ring is not None else 0.0
+            return job_gone(silent, period, gap)
+        quiet, threshold = est.quiet_s, est.burst_threshold
+        if quiet is None or threshold is None or not job_gone(quiet, period, 0.0):
             return False
         _, grids = self._network(since=None)
         grid = grids.get(est.direction) if est.direction is not None else None

@@ -29,6 +29,7 @@ __all__ = [
     "StepChange",
     "TrackerUpdate",
     "job_gone",
+    "longest_event_gap_s",
     "longest_gap_s",
     "periods_kept_after_lost_lock",
     "step_change",
@@ -212,6 +213,12 @@ def longest_gap_s(grid: GridSeries, threshold: float) -> float:
     if above.size < 2:
         return 0.0
     return float(np.diff(above).max() - 1) * grid.dt
+
+
+def longest_event_gap_s(times: npt.NDArray[np.float64]) -> float:
+    """The longest interval between consecutive timed events (NCCL calls): their pauses."""
+    t = np.sort(times[np.isfinite(times)])
+    return float(np.diff(t).max()) if t.size >= 2 else 0.0
 
 
 def job_gone(quiet_s: float, period_s: float, ring_gap_s: float) -> bool:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -11,7 +13,7 @@ import pytest
 from agent.clock import MonotonicClock, Ticker
 from agent.errors import SourceError
 from agent.pipeline import Pipeline, PipelineSettings, SinkHealth, Snapshot, SnapshotStore
-from collectors._base import CallBatch, CounterReading, Emit
+from collectors._base import CallBatch, CounterReading, Emit, Reading
 
 
 class SquareWaveCounters:
@@ -246,6 +248,56 @@ def test_an_nccl_only_host_re_locks_soon_after_the_step_time_changes() -> None:
     )
     assert settled is not None, after
     assert (settled - 6.0) / 0.33 <= 12.0, after
+
+
+class EndingTrains(NcclTrains):
+    """:class:`NcclTrains` with 4 ms between a train's calls, which stop after ``stop_s``."""
+
+    def __init__(self, step: float, stop_s: float) -> None:
+        super().__init__(step, step, math.inf)
+        self.stop_s = stop_s
+
+    async def run(self, emit: Emit) -> None:
+        def spaced(item: Reading) -> None:
+            if isinstance(item, CallBatch):
+                first = float(item.times[0])
+                item = replace(item, times=first + 0.004 * np.arange(item.times.size))
+            emit(item)
+
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(super().run(spaced), self.stop_s)
+        await asyncio.Event().wait()  # the log stays open, silent
+
+
+def test_an_nccl_only_host_reports_the_step_not_the_calls_and_lets_it_go_at_the_end() -> None:
+    """1 s steps, each a train of 4 calls 4 ms apart, for 8 s. The 4 ms spacing read as a
+    period of 250 cycles in a window of two trains, and the lock on it kept the window too short
+    to show the step; after the log fell silent, T stayed for 6-12 s."""
+    source = EndingTrains(1.0, 8.0)
+    store = SnapshotStore()
+    seen: list[tuple[float, float | None]] = []
+    clock = MonotonicClock()
+    pipeline = Pipeline(
+        [source],
+        store,
+        settings=PipelineSettings(hop_s=0.5),
+        on_snapshot=lambda s: seen.append(
+            (clock.now(), s.estimate.period_s if s.estimate is not None else None)
+        ),
+    )
+
+    async def main() -> None:
+        asyncio.get_running_loop().call_later(13.0, pipeline.stop)
+        await pipeline.run()
+
+    asyncio.run(main())
+    assert source.started is not None
+    shown = [(at - source.started, t) for at, t in seen if t is not None]
+    assert shown, seen
+    assert all(t == pytest.approx(1.0, rel=0.02) for _, t in shown), shown
+    assert shown[0][0] <= 6.0  # found while the job runs
+    # The last call at about 7.06 s; two steps of silence, then the next hop (with one of slack).
+    assert shown[-1][0] <= 7.06 + 2 * 1.0 + 2 * 0.5, shown
 
 
 class StubbornSink:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from agent.estimate import CollectiveMix, log_grid
+from agent.estimate import CollectiveMix, EstimateInputs, estimate, log_grid
 from agent.rates import GridSeries
 from agent.tracker import PeriodTracker, RecentWatch, StepChange, step_change, watch_recent
 
@@ -205,3 +205,20 @@ def test_a_far_shorter_period_while_locked_is_no_period_not_a_new_lock() -> None
     wrong.update(3.9, confidence=0.9)
     wrong.update(1.3, 0.5)
     assert wrong.update(1.3, 0.5).period_s == 1.3
+
+
+@pytest.mark.parametrize(("step", "trains"), [(0.5, 3), (1.0, 2), (1.0, 3), (2.0, 2)])
+def test_the_calls_of_one_sync_point_are_no_period(step: float, trains: int) -> None:
+    """Two or three trains of 4 calls 4 ms apart: the window is too short for the step, and
+    the 4 ms spacing inside a train is no period (a live NCCL-only host locked onto it, and
+    its window of 16 x 4 ms never grew long enough to show the step again)."""
+    mix = _train_mix([0.05 + step * k for k in range(trains)], spacing=0.004)
+    est = estimate(EstimateInputs(collectives=mix))
+    assert est.period_s is None
+
+
+@pytest.mark.parametrize("step", [0.5, 1.0, 2.0])
+def test_the_step_is_found_once_the_window_holds_enough_trains(step: float) -> None:
+    mix = _train_mix([0.05 + step * k for k in range(8)], spacing=0.004)
+    est = estimate(EstimateInputs(collectives=mix))
+    assert est.period_s == pytest.approx(step, rel=0.01)

@@ -105,9 +105,9 @@ def _structured(values: FloatArray, lo: float, hi: float) -> bool:
     return mean_run >= max(2.0, 2.0 / (1.0 - p))
 
 
-#: Share of a smoothed burst's samples that may sit near the background before the "burst" is
-#: called a train of transfers the poll rate does not resolve (Gaussian plateau noise puts
-#: about 2 % there at the highest noise that is smoothed without reaching this rule).
+#: Share of a smoothed burst's samples that may sit near the background (under a quarter of
+#: the height) before the "burst" is called a train of transfers: Gaussian plateau noise of
+#: up to 0.35 of the height puts under 2 % of the samples there.
 _TRAIN_DIP_SHARE = 0.1
 
 

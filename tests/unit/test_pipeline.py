@@ -13,7 +13,7 @@ import pytest
 from agent.clock import MonotonicClock, Ticker
 from agent.errors import SourceError
 from agent.pipeline import Pipeline, PipelineSettings, SinkHealth, Snapshot, SnapshotStore
-from collectors._base import CallBatch, CounterReading, Emit, Reading
+from collectors._base import CallBatch, CounterReading, Emit, Reading, Source
 
 
 class SquareWaveCounters:
@@ -124,24 +124,25 @@ def test_pipeline_estimates_and_isolates_a_failing_source() -> None:
     assert all(math.isfinite(s.estimator_seconds) for s in seen)
 
 
+def _run(source: Source, settings: PipelineSettings, run_s: float) -> list[Snapshot]:
+    """Every snapshot of a real-time pipeline on ``source`` alone, stopped after ``run_s``."""
+    seen: list[Snapshot] = []
+    pipeline = Pipeline([source], SnapshotStore(), settings=settings, on_snapshot=seen.append)
+
+    async def main() -> None:
+        asyncio.get_running_loop().call_later(run_s, pipeline.stop)
+        await pipeline.run()
+
+    asyncio.run(main())
+    return seen
+
+
 def test_a_short_period_keeps_being_estimated_after_the_lock() -> None:
     # 16 locked periods of 0.1 s are shorter than the 2 s minimum window: the window is
     # widened to 2 s, and a grid a poll short of it must still be estimated (it once was not:
     # every hop after the lock published no estimate at all).
-    store = SnapshotStore()
-    seen: list[Snapshot] = []
-    pipeline = Pipeline(
-        [SquareWaveCounters(period=0.1)],
-        store,
-        settings=PipelineSettings(hop_s=0.5, counter_rate_hz=200),
-        on_snapshot=seen.append,
-    )
-
-    async def main() -> None:
-        asyncio.get_running_loop().call_later(6.0, pipeline.stop)
-        await pipeline.run()
-
-    asyncio.run(main())
+    settings = PipelineSettings(hop_s=0.5, counter_rate_hz=200)
+    seen = _run(SquareWaveCounters(period=0.1), settings, 6.0)
     locked = [i for i, s in enumerate(seen) if s.locked]
     assert locked, [s.estimate for s in seen]
     after = seen[locked[0] :]
@@ -155,21 +156,8 @@ def test_t_is_released_soon_after_the_job_stops() -> None:
     # The square wave stops after 6 s; the window still holds 16 periods of it. T used to stay
     # until the estimator lost the period in the growing silence and three empty windows had
     # passed; a silence of two periods (longer than any pause of the wave) now releases it.
-    store = SnapshotStore()
-    seen: list[Snapshot] = []
     wave = SquareWaveCounters(period=0.5, stop_after_s=6.0)
-    pipeline = Pipeline(
-        [wave],
-        store,
-        settings=PipelineSettings(hop_s=0.5, counter_rate_hz=200),
-        on_snapshot=seen.append,
-    )
-
-    async def main() -> None:
-        asyncio.get_running_loop().call_later(11.0, pipeline.stop)
-        await pipeline.run()
-
-    asyncio.run(main())
+    seen = _run(wave, PipelineSettings(hop_s=0.5, counter_rate_hz=200), 11.0)
     assert wave.stopped_at is not None
     before = [s for s in seen if s.time_s < wave.stopped_at]
     after = [s for s in seen if s.time_s > wave.stopped_at]
@@ -211,28 +199,22 @@ class NcclTrains:
             sync += self.first if sync - start < self.change_at else self.then
 
 
+def _periods_seen(
+    source: NcclTrains, *, hop_s: float, run_s: float
+) -> list[tuple[float, float | None]]:
+    """(clock time, reported T) of each hop of a pipeline on ``source`` alone."""
+    return [
+        (s.time_s, s.estimate.period_s if s.estimate is not None else None)
+        for s in _run(source, PipelineSettings(hop_s=hop_s), run_s)
+    ]
+
+
 def test_an_nccl_only_host_re_locks_soon_after_the_step_time_changes() -> None:
     """No counters: T from the NCCL log alone. 0.25 s steps for 6 s, then 0.33 s: the
     estimates follow the locked window and the step-change watch (calls merged into trains),
     so the new T is reported within 12 new steps, not when the old steps leave the ring."""
     source = NcclTrains(0.25, 0.33, 6.0)
-    store = SnapshotStore()
-    seen: list[tuple[float, float | None]] = []
-    clock = MonotonicClock()
-    pipeline = Pipeline(
-        [source],
-        store,
-        settings=PipelineSettings(hop_s=0.25),
-        on_snapshot=lambda s: seen.append(
-            (clock.now(), s.estimate.period_s if s.estimate is not None else None)
-        ),
-    )
-
-    async def main() -> None:
-        asyncio.get_running_loop().call_later(11.0, pipeline.stop)
-        await pipeline.run()
-
-    asyncio.run(main())
+    seen = _periods_seen(source, hop_s=0.25, run_s=11.0)
     assert source.started is not None
     before = [t for at, t in seen if 4.0 <= at - source.started <= 6.0]
     assert before
@@ -274,23 +256,7 @@ def test_an_nccl_only_host_reports_the_step_not_the_calls_and_lets_it_go_at_the_
     period of 250 cycles in a window of two trains, and the lock on it kept the window too short
     to show the step; after the log fell silent, T stayed for 6-12 s."""
     source = EndingTrains(1.0, 8.0)
-    store = SnapshotStore()
-    seen: list[tuple[float, float | None]] = []
-    clock = MonotonicClock()
-    pipeline = Pipeline(
-        [source],
-        store,
-        settings=PipelineSettings(hop_s=0.5),
-        on_snapshot=lambda s: seen.append(
-            (clock.now(), s.estimate.period_s if s.estimate is not None else None)
-        ),
-    )
-
-    async def main() -> None:
-        asyncio.get_running_loop().call_later(13.0, pipeline.stop)
-        await pipeline.run()
-
-    asyncio.run(main())
+    seen = _periods_seen(source, hop_s=0.5, run_s=13.0)
     assert source.started is not None
     shown = [(at - source.started, t) for at, t in seen if t is not None]
     assert shown, seen

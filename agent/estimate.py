@@ -107,6 +107,8 @@ class Estimate:
     quiet_s: float | None = None
     #: Rate above which a slot belongs to a burst (None: no bursts).
     burst_threshold: float | None = None
+    #: Mean rate since the last burst (None: no burst, or nothing known after it).
+    quiet_bandwidth: float | None = None
     gpu_activity: float | None = None
     bursts_per_period: float | None = None
     burst_resolved: bool = False
@@ -125,6 +127,42 @@ class Estimate:
         """
         quiet = self.mean_bandwidth is None or self.mean_bandwidth < idle_bytes_per_s
         return self.last_burst_end_s is None and quiet
+
+    def after_stop(self, idle_bytes_per_s: float = IDLE_BYTES_PER_S) -> Estimate:
+        """This estimate once its job has stopped (the live agent's view of a gone job).
+
+        The window still holds the job's last bursts, and everything measured on them (T, B,
+        D, V, the burst counts, "training") would describe a job that is no longer there: a
+        real job's figures stayed on the dashboard for two minutes after it ended, until its
+        bursts had left the window. What is left is the traffic since the last burst. The
+        time of that burst stays: it is what the stalled-job alert counts from.
+        """
+        mean = self.quiet_bandwidth
+        idle = mean is None or mean < idle_bytes_per_s
+        return replace(
+            self,
+            period_s=None,
+            burst_bandwidth=None,
+            duty_cycle=None,
+            confidence=0.0,
+            regime="idle" if idle else "unknown",
+            network_on_ratio=0.0 if idle else None,
+            inner_period_s=None,
+            bytes_per_iteration=None,
+            step_bytes=None,
+            mean_bandwidth=mean,
+            duty_cycle_source=None,
+            period_source=None,
+            exposed_ratio=None,
+            overlapped_ratio=None,
+            compute_ratio=None,
+            bursts=0,
+            bursts_per_period=None,
+            burst_resolved=False,
+            period_cycles=0.0,
+            period_method="none",
+            warnings=("no burst since the job's last one: the job stopped",),
+        )
 
     @property
     def period_rel_error(self) -> float:
@@ -210,12 +248,15 @@ def _burst_threshold(bursts: BurstStats, floor: float, *, periodic: bool) -> flo
     return max(0.5 * (bursts.on_level + bursts.off_level), floor)
 
 
-def _last_burst_end(grid: GridSeries, threshold: float | None) -> tuple[float, float] | None:
-    """End of the newest grid slot above ``threshold`` and the known seconds after it.
+def _last_burst_end(
+    grid: GridSeries, threshold: float | None
+) -> tuple[float, float, float | None] | None:
+    """The newest burst's end, the known seconds after it, and their mean rate (or None).
 
-    Times are in the grid's time base. Taken on the whole window (not the whole-period cut),
-    so that "seconds since the last burst" grows from the moment a job stops talking. Slots
-    without a sample (a poll that never came) at the end are not quiet: they are unknown.
+    The end is that of the newest grid slot above ``threshold``, in the grid's time base.
+    Taken on the whole window (not the whole-period cut), so that "seconds since the last
+    burst" grows from the moment a job stops talking. Slots without a sample (a poll that never
+    came) at the end are not quiet: they are unknown.
     """
     if threshold is None:
         return None
@@ -223,9 +264,11 @@ def _last_burst_end(grid: GridSeries, threshold: float | None) -> tuple[float, f
     if above.size == 0:
         return None
     known = np.flatnonzero(grid.valid)
+    after = grid.rate[above[-1] + 1 :][grid.valid[above[-1] + 1 :]]
     return (
         grid.t0 + float(above[-1] + 1) * grid.dt,
         float(known[-1] - above[-1]) * grid.dt,
+        float(after.mean()) if after.size else None,
     )
 
 
@@ -357,6 +400,7 @@ def estimate(
     period_source: str | None = None
     last_burst_end: float | None = None
     quiet: float | None = None
+    quiet_bandwidth: float | None = None
     threshold: float | None = None
     chosen = busier_direction(inputs.network) if inputs.network else None
     if chosen is not None:
@@ -386,7 +430,7 @@ def estimate(
         threshold = _burst_threshold(bursts, idle_bytes_per_s, periodic=period.period_s is not None)
         ended = _last_burst_end(full_grid, threshold)
         if ended is not None:
-            last_burst_end, quiet = ended
+            last_burst_end, quiet, quiet_bandwidth = ended
         if grid.resets:
             warnings.append(f"{grid.resets} counter reset(s): those intervals were left out")
     elif mix is not None:
@@ -457,6 +501,7 @@ def estimate(
         bursts_per_period=bursts_per_period,
         bursty=bursts is not None and bursts.has_bursts,
         bursts=bursts.bursts if bursts is not None else 0,
+        burst_rate=bursts.on_level if bursts is not None and bursts.has_bursts else None,
         mean_rate=bursts.mean_rate if bursts is not None else None,
         collective_calls=mix.calls if mix is not None else None,
         gather_share=shares[0] if shares else None,
@@ -489,6 +534,7 @@ def estimate(
         last_burst_end_s=last_burst_end,
         quiet_s=quiet,
         burst_threshold=threshold,
+        quiet_bandwidth=quiet_bandwidth,
         gpu_activity=activity,
         bursts_per_period=bursts_per_period,
         burst_resolved=bool(bursts is not None and bursts.resolved),

@@ -235,6 +235,21 @@ class _State:
         return window
 
 
+def _active_after(est: Estimate, inputs: EstimateInputs, stopped_at: float) -> bool:
+    """Whether this hop's window has traffic newer than a stop at ``stopped_at``.
+
+    A burst's end moves by a grid slot or so from one window to the next; traffic that ends a
+    stop comes seconds later.
+    """
+    if inputs.network:
+        return est.last_burst_end_s is not None and est.last_burst_end_s > stopped_at + 0.1
+    mix = inputs.collectives
+    if mix is None:
+        return False
+    timed = mix.call_times[np.isfinite(mix.call_times)]
+    return timed.size > 0 and float(timed.max()) > stopped_at
+
+
 class Pipeline:
     """Runs sources, windows and the estimator until :meth:`stop` is called."""
 
@@ -271,6 +286,9 @@ class Pipeline:
         self._last_regime: RegimeParams | None = None
         self._regime_gate = RegimeGate()
         self._hops_locked = 0  # hops since the current lock was taken
+        #: When the job last seen stopped (clock time of its last burst or call), until new
+        #: traffic comes: its old bursts are still in the window, and describe nothing now.
+        self._stopped_at: float | None = None
         self.estimator_errors = 0
         self._tg: asyncio.TaskGroup | None = None
         self._tasks: dict[str, asyncio.Task[None]] = {}
@@ -552,16 +570,22 @@ class Pipeline:
                 if self._last_burst_wall is None or wall > self._last_burst_wall:
                     self._last_burst_wall = wall
             was_locked = self._tracker.locked
-            gone = await self._job_gone(est, was_locked, inputs)
-            if gone and was_locked is not None:
+            stopped_at = await self._job_gone(est, was_locked, inputs)
+            if stopped_at is not None:
+                self._stopped_at = stopped_at
+            elif self._stopped_at is not None and _active_after(est, inputs, self._stopped_at):
+                self._stopped_at = None
+                log.info("traffic again after the stop: estimating afresh")
+            stopped = self._stopped_at is not None
+            if stopped and was_locked is not None:
                 update = self._tracker.release()
                 log.info("no burst for over %.3g s: the job stopped, T released", 2 * was_locked)
             else:
-                period = None if gone else est.period_s
+                period = None if stopped else est.period_s
                 update = self._tracker.update(period, est.confidence, est.period_rel_error)
             if was_locked is not None and update.period_s is None:
                 periods = periods_kept_after_lost_lock(
-                    stopped=gone or est.traffic_stopped(self._cfg.idle_bytes_per_s),
+                    stopped=stopped or est.traffic_stopped(self._cfg.idle_bytes_per_s),
                     lock_window_periods=self._cfg.lock_window_periods,
                     restart_periods=self._cfg.restart_periods,
                     locked_s=was_locked,
@@ -572,6 +596,13 @@ class Pipeline:
                     for window in self._state.counters.values():
                         window.drop_before(lost_from)
                     self._calls_floor = lost_from
+            if stopped:
+                self._hops_locked = 0
+                self._estimates += 1
+                est = est.after_stop(self._cfg.idle_bytes_per_s)
+                est = replace(est, regime=self._regime_gate.update(est.regime, self._clock.now()))
+                self._publish(est, took, locked=False, source=source)
+                continue
             relocked = update.period_s if update.changed else None
             keep_from: float | None = None
             if relocked is None and update.period_s is not None:
@@ -629,7 +660,10 @@ class Pipeline:
             params = await self._regime_params(inputs, est, since)
             took += time.perf_counter() - began
             self._estimates += 1
-            est = replace(est, regime=self._regime_gate.update(est.regime, self._clock.now()))
+            shown = self._regime_gate.update(
+                est.regime, self._clock.now(), locked=update.period_s is not None
+            )
+            est = replace(est, regime=shown)
             self._publish(est, took, locked=update.locked, source=source, regime=params)
 
     async def _regime_params(
@@ -707,40 +741,46 @@ class Pipeline:
             log.exception("step-change watch failed on this window")
             return RecentWatch(None)
 
-    async def _job_gone(self, est: Estimate, locked: float | None, inputs: EstimateInputs) -> bool:
-        """Whether the bursts stopped for longer than the job ever paused (:func:`job_gone`).
+    async def _job_gone(
+        self, est: Estimate, locked: float | None, inputs: EstimateInputs
+    ) -> float | None:
+        """When the job stopped (its last burst or call), if silent longer than it ever paused.
 
-        The ring is gridded only once the silence exceeds two periods: at a job's end, or in
-        the compute phase of a step whose layers are locked. With the NCCL log alone, the
-        silence runs from its newest call to now and the pauses are those between its calls.
+        None while it has not (:func:`job_gone`). The ring is gridded only once the silence
+        exceeds two periods: at a job's end, or in the compute phase of a step whose layers are
+        locked. With the NCCL log alone, the silence runs from its newest call to now and the
+        pauses are those between its calls.
         """
         period = locked if locked is not None else est.period_s
         if period is None:
-            return False
+            return None
         mix = inputs.collectives
         if not inputs.network and mix is not None:
             timed = mix.call_times[np.isfinite(mix.call_times)]
             if timed.size == 0:
-                return False
-            silent = self._clock.now() - float(timed.max())
+                return None
+            last = float(timed.max())
+            silent = self._clock.now() - last
             if not job_gone(silent, period, 0.0):
-                return False
+                return None
             ring = self._state.calls.mix(since=None)
             gap = longest_event_gap_s(ring.call_times) if ring is not None else 0.0
-            return job_gone(silent, period, gap)
-        quiet, threshold = est.quiet_s, est.burst_threshold
-        if quiet is None or threshold is None or not job_gone(quiet, period, 0.0):
-            return False
+            return last if job_gone(silent, period, gap) else None
+        quiet, threshold, last_end = est.quiet_s, est.burst_threshold, est.last_burst_end_s
+        if quiet is None or threshold is None or last_end is None:
+            return None
+        if not job_gone(quiet, period, 0.0):
+            return None
         _, grids = self._network(since=None)
         grid = grids.get(est.direction) if est.direction is not None else None
         if grid is None:
-            return False
+            return None
         try:
             gap = await asyncio.to_thread(longest_gap_s, grid, threshold)
         except Exception:  # advisory: never let it stop the estimates
             log.exception("quiet watch failed on this window")
-            return False
-        return job_gone(quiet, period, gap)
+            return None
+        return last_end if job_gone(quiet, period, gap) else None
 
     async def _whole_window_period(self) -> float | None:
         """T of the whole window (the outer-period watch), off the loop."""

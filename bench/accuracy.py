@@ -1076,17 +1076,19 @@ class OnlineUpdate:
     duty: float | None = None
 
 
-def _job_gone(window: OnlineWindow, est: Estimate, locked: float | None) -> bool:
-    """Pipeline._job_gone: a silence longer than two periods and the ring's longest pause."""
+def _job_gone(window: OnlineWindow, est: Estimate, locked: float | None) -> float | None:
+    """Pipeline._job_gone: the last burst's end once the silence after it is longer than two
+    periods and the ring's longest pause; else None."""
     period = locked if locked is not None else est.period_s
-    if period is None or est.quiet_s is None or est.burst_threshold is None:
-        return False
-    if not job_gone(est.quiet_s, period, 0.0):
-        return False
+    quiet, threshold, last_end = est.quiet_s, est.burst_threshold, est.last_burst_end_s
+    if period is None or quiet is None or threshold is None or last_end is None:
+        return None
+    if not job_gone(quiet, period, 0.0):
+        return None
     ring = window.grid()
-    return ring is not None and job_gone(
-        est.quiet_s, period, longest_gap_s(ring, est.burst_threshold)
-    )
+    if ring is None or not job_gone(quiet, period, longest_gap_s(ring, threshold)):
+        return None
+    return last_end
 
 
 def run_online(
@@ -1120,6 +1122,7 @@ def run_online(
 
     k = 1
     estimates = 0  # Pipeline._estimates: hops that had a window to estimate
+    stopped_at: float | None = None  # Pipeline._stopped_at
     hops_locked = 0  # Pipeline._hops_locked
     while True:
         now = t_start + k * settings.hop_s
@@ -1139,15 +1142,24 @@ def run_online(
             min_window_s=settings.min_window_s,
         )
         was_locked = tracker.locked
-        gone = _job_gone(window, est, was_locked)  # as Pipeline._job_gone
-        if gone and was_locked is not None:
+        gone_at = _job_gone(window, est, was_locked)  # as Pipeline._estimate_loop
+        if gone_at is not None:
+            stopped_at = gone_at
+        elif (
+            stopped_at is not None
+            and est.last_burst_end_s is not None
+            and est.last_burst_end_s > stopped_at + 0.1
+        ):
+            stopped_at = None
+        stopped = stopped_at is not None
+        if stopped and was_locked is not None:
             update = tracker.release()
         else:
-            period = None if gone else est.period_s
+            period = None if stopped else est.period_s
             update = tracker.update(period, est.confidence, est.period_rel_error)
         if reset and was_locked is not None and update.period_s is None:
             periods = periods_kept_after_lost_lock(
-                stopped=gone or est.traffic_stopped(),
+                stopped=stopped or est.traffic_stopped(),
                 lock_window_periods=settings.lock_window_periods,
                 restart_periods=settings.restart_periods,
                 locked_s=was_locked,
@@ -1155,6 +1167,13 @@ def run_online(
             )
             if periods is not None:
                 window.drop_before(now - periods * was_locked)
+        if stopped:  # as the pipeline: the stopped job's view, no watches
+            hops_locked = 0
+            estimates += 1
+            out.append(OnlineUpdate(now, None, est.period_s, 0.0))
+            if stop is not None and stop(out):
+                break
+            continue
         relocked = update.period_s if update.changed else None
         keep_from: float | None = None
         if reset and relocked is None and update.period_s is not None:

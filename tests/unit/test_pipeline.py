@@ -21,15 +21,22 @@ class SquareWaveCounters:
 
     name = "square"
 
-    def __init__(self, period: float = 0.5, stop_after_s: float | None = None) -> None:
+    def __init__(
+        self,
+        period: float = 0.5,
+        stop_after_s: float | None = None,
+        resume_after_s: float = math.inf,
+    ) -> None:
         self.period = period
         self.stop_after_s = stop_after_s
+        self.resume_after_s = resume_after_s
         self.stopped_at: float | None = None
+        self.started: float | None = None
 
     async def run(self, emit: Emit) -> None:
         clock = MonotonicClock()
         ticker = Ticker(clock, 0.005)
-        start = clock.now()
+        start = self.started = clock.now()
         total = 0.0
         last = start
         while True:
@@ -40,7 +47,11 @@ class SquareWaveCounters:
                 t = a
                 while t < b:
                     phase = ((t - start) % self.period) / self.period
-                    running = self.stop_after_s is None or t - start < self.stop_after_s
+                    running = (
+                        self.stop_after_s is None
+                        or t - start < self.stop_after_s
+                        or t - start >= self.resume_after_s
+                    )
                     total += 1e9 * step if phase < 0.3 and running else 0.0
                     t += step
             stop = self.stop_after_s
@@ -168,6 +179,39 @@ def test_t_is_released_soon_after_the_job_stops() -> None:
     assert not after[-1].locked
     assert after[-1].estimate is not None
     assert after[-1].estimate.period_s is None
+
+
+def test_a_stopped_job_shows_as_idle_and_a_resumed_one_is_estimated_again() -> None:
+    """0.5 s steps for 5 s, a 5 s pause, then steps again. The window still holds the steps
+    before the pause, and every figure measured on them (B, D, the on-ratio, "training") stayed
+    on a real agent's dashboard for two minutes after a job ended; now the pause shows idle,
+    with no B or D, and the resumed steps are locked again."""
+    wave = SquareWaveCounters(period=0.5, stop_after_s=5.0, resume_after_s=10.0)
+    seen = _run(wave, PipelineSettings(hop_s=0.5, counter_rate_hz=200), 16.5)
+    assert wave.started is not None
+    at = [(s.time_s - wave.started, s) for s in seen]
+    shown = [(round(t, 2), s.estimate and (s.estimate.regime, s.estimate.period_s)) for t, s in at]
+    # From two periods after the last burst (4.65 s) and a hop, to the first new one (10 s).
+    pause = [s.estimate for t, s in at if 6.5 <= t <= 9.5]
+    assert pause
+    for est in pause:
+        assert est is not None
+        assert est.regime == "idle", shown
+        assert est.period_s is None
+        assert est.burst_bandwidth is None
+        assert est.duty_cycle is None
+        assert est.network_on_ratio == 0.0
+        assert est.mean_bandwidth is not None
+        assert est.mean_bandwidth < 1e6
+    assert any(t < 5.0 and s.locked for t, s in at)
+    resumed = [s for t, s in at if t >= 14.5]
+    assert resumed
+    assert all(s.locked for s in resumed), shown
+    for s in resumed:
+        assert s.estimate is not None
+        assert s.estimate.period_s == pytest.approx(0.5, rel=0.02)
+        assert s.estimate.regime == "training"
+        assert s.estimate.burst_bandwidth == pytest.approx(1e9, rel=0.05)
 
 
 class NcclTrains:

@@ -24,6 +24,17 @@ from agent.regime import RegimeFeatures, RegimeGate, classify_regime, collective
         (RegimeFeatures(periodic=False, bursty=True, bursts=3, mean_rate=1e9), "unknown"),
         (RegimeFeatures(periodic=False, mean_rate=1e9, sparse_share=0.8), "inference"),
         (RegimeFeatures(periodic=False, bursty=False, mean_rate=5e9), "unknown"),
+        # A real inference service at 1.85 requests/s: 4 MB/s on average, in 47 MB/s bursts
+        # (it was "idle": the mean alone decided).
+        (
+            RegimeFeatures(periodic=False, bursty=True, bursts=74, burst_rate=47e6, mean_rate=4e6),
+            "inference",
+        ),
+        # Management chatter: regular-looking bursts, but nowhere near a job's rate.
+        (
+            RegimeFeatures(periodic=False, bursty=True, bursts=20, burst_rate=2e5, mean_rate=1e4),
+            "idle",
+        ),
     ],
 )
 def test_rule(features: RegimeFeatures, regime: str) -> None:
@@ -54,3 +65,13 @@ def test_the_live_gate_confirms_inference_before_showing_it() -> None:
     assert gate.update("idle", 32.0) == "idle"  # the job ended: at once
     assert gate.update("inference", 33.0) == "unknown"
     assert gate.update("finetune", 34.0) == "finetune"
+
+
+def test_a_locked_period_keeps_a_periodic_regime() -> None:
+    """While the tracker holds T on weaker evidence, the window alone may read "idle" (a real
+    DDP job at 6-9 MB/s mean) or "inference": next to a T, the last periodic regime shows."""
+    gate = RegimeGate(confirm_s=10.0)
+    assert gate.update("finetune", 0.0, locked=True) == "finetune"
+    assert gate.update("idle", 1.0, locked=True) == "finetune"
+    assert gate.update("inference", 2.0, locked=True) == "finetune"
+    assert gate.update("idle", 3.0, locked=False) == "idle"  # the lock is gone: as it reads

@@ -235,14 +235,15 @@ class _State:
         return window
 
 
-def _active_after(est: Estimate, inputs: EstimateInputs, stopped_at: float) -> bool:
-    """Whether this hop's window has traffic newer than a stop at ``stopped_at``.
+#: A burst's end moves by a grid slot or so from one window to the next.
+_STOP_SLACK_S = 0.1
 
-    A burst's end moves by a grid slot or so from one window to the next; traffic that ends a
-    stop comes seconds later.
-    """
+
+def _active_after(est: Estimate, inputs: EstimateInputs, stopped_at: float) -> bool:
+    """Whether this hop's window has traffic newer than a stop at ``stopped_at``."""
     if inputs.network:
-        return est.last_burst_end_s is not None and est.last_burst_end_s > stopped_at + 0.1
+        end = est.last_burst_end_s
+        return end is not None and end > stopped_at + _STOP_SLACK_S
     mix = inputs.collectives
     if mix is None:
         return False
@@ -539,7 +540,7 @@ class Pipeline:
                 network_source="counters" if grids else None,
                 gpu=st.gpu.samples(since=since),
                 collectives=mix,
-                expected_period_s=self._tracker.locked,
+                expected_period_s=self._tracker.expected,
             ),
         )
 
@@ -570,13 +571,23 @@ class Pipeline:
                 if self._last_burst_wall is None or wall > self._last_burst_wall:
                     self._last_burst_wall = wall
             was_locked = self._tracker.locked
+            resumed = False
             stopped_at = await self._job_gone(est, was_locked, inputs)
             if stopped_at is not None:
                 self._stopped_at = stopped_at
             elif self._stopped_at is not None and _active_after(est, inputs, self._stopped_at):
+                # The job resumed, or another one began: the window keeps only what came after
+                # the stop. Read across it, the old steps re-locked the old T on a new job
+                # (two real jobs back to back: the first one's T shown 0.2-0.7 s into the
+                # second). The released T still speeds a resumed job's lock (tracker).
+                for window in self._state.counters.values():
+                    window.drop_before(self._stopped_at + _STOP_SLACK_S)
+                self._calls_floor = self._stopped_at + _STOP_SLACK_S
                 self._stopped_at = None
+                resumed = True
                 log.info("traffic again after the stop: estimating afresh")
-            stopped = self._stopped_at is not None
+            # This hop's window still reaches back across the stop: from the next one on.
+            stopped = self._stopped_at is not None or resumed
             if stopped and was_locked is not None:
                 update = self._tracker.release()
                 log.info("no burst for over %.3g s: the job stopped, T released", 2 * was_locked)

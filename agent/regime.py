@@ -13,8 +13,9 @@ tests/unit/test_regime.py and tests/integration/test_analyze_scenarios.py):
    window, so that a training job's first few steps are not called inference), whatever its
    mean (a real service at 1.85 requests/s averaged 4 MB/s in 47 MB/s bursts), or when the
    NCCL log is dominated by AlltoAll / Send / Recv;
-3. **idle** — none of the above, less than ``idle_bytes_per_s`` on average and no collectives
-   in the NCCL log (if any): management chatter has no bursts that high;
+3. **idle** — none of the above, less than ``idle_bytes_per_s`` on average, no collectives
+   in the NCCL log (if any) and no burst that reaches ``idle_bytes_per_s`` (management chatter
+   has none; a few such bursts are a job too young to tell: **unknown**);
 4. **unknown** for flat, structureless load or too little evidence.
 
 Live, a switch *to* inference is confirmed over ``INFERENCE_CONFIRM_S`` (:class:`RegimeGate`):
@@ -90,16 +91,16 @@ def classify_regime(f: RegimeFeatures, *, idle_bytes_per_s: float = IDLE_BYTES_P
         return "training"
     no_collectives = f.collective_calls is None or f.collective_calls == 0
     quiet = f.mean_rate is not None and f.mean_rate < idle_bytes_per_s
-    high_bursts = f.burst_rate is None or f.burst_rate >= idle_bytes_per_s
-    if f.bursty and f.bursts >= MIN_APERIODIC_BURSTS and high_bursts:
+    high = f.bursty and (f.burst_rate is None or f.burst_rate >= idle_bytes_per_s)
+    if high and f.bursts >= MIN_APERIODIC_BURSTS:
         return "inference"
-    if (quiet or f.mean_rate is None) and no_collectives:
+    if (quiet or f.mean_rate is None) and no_collectives and not high:
         return "idle"
     if f.sparse_share is not None and f.sparse_share >= 0.5:
         return "inference"
     if f.bursty and f.bursts >= MIN_APERIODIC_BURSTS:
         return "inference"
-    if quiet:
+    if quiet and not high:
         return "idle"
     return "unknown"
 

@@ -276,6 +276,15 @@ class PeriodTracker:
         self._challenger: float | None = None
         self._challenger_edge: float | None = None
         self._outer: float | None = None
+        self._released: float | None = None
+
+    @property
+    def expected(self) -> float | None:
+        """The period a window is tested against: the locked one, else the released one.
+
+        A job resuming after its stop is held on its edges at the old pace, as a locked one.
+        """
+        return self._locked if self._locked is not None else self._released
 
     @property
     def locked(self) -> float | None:
@@ -351,7 +360,13 @@ class PeriodTracker:
         return None
 
     def release(self) -> TrackerUpdate:
-        """Give the lock up at once: the job stopped (:func:`job_gone`), no misses to wait for."""
+        """Give the lock up at once: the job stopped (:func:`job_gone`), no misses to wait for.
+
+        The released period is remembered: one window that agrees with it locks again (a job
+        resuming after an evaluation or checkpoint pause re-locked only after 3-7.5 s, its
+        whole training stretch between pauses being about 7 s).
+        """
+        self._released = self._locked
         self._locked = self._candidate = self._challenger = self._challenger_edge = None
         self._outer = None
         self._streak = self._misses = 0
@@ -395,9 +410,12 @@ class PeriodTracker:
             self._locked = period_s
             self._candidate, self._streak = None, 0
             return TrackerUpdate(period_s, True, False)
-        if self._locked is None and confidence >= self._lock_confidence:
+        resumed = self._released is not None and _close(
+            period_s, self._released, max(self._agree, min(self._max_agree, 2.0 * rel_error))
+        )
+        if self._locked is None and (confidence >= self._lock_confidence or resumed):
             self._locked = period_s
-            self._candidate, self._streak = None, 0
+            self._candidate, self._streak, self._released = None, 0, None
             return TrackerUpdate(period_s, True, False)
         tol = max(self._agree, min(self._max_agree, 2.0 * max(rel_error, self._candidate_error)))
         if self._candidate is not None and _close(period_s, self._candidate, tol):
@@ -408,6 +426,6 @@ class PeriodTracker:
         if self._streak >= self._lock_after:
             changed = self._locked is not None
             self._locked = period_s
-            self._candidate, self._streak = None, 0
+            self._candidate, self._streak, self._released = None, 0, None
             return TrackerUpdate(period_s, True, changed)
         return TrackerUpdate(self._locked, self._locked is not None, False)

@@ -1137,11 +1137,12 @@ def run_online(
             continue
         est, recent_from = estimate_recent(
             EstimateInputs(
-                network={"tx": grid}, network_source="counters", expected_period_s=tracker.locked
+                network={"tx": grid}, network_source="counters", expected_period_s=tracker.expected
             ),
             min_window_s=settings.min_window_s,
         )
         was_locked = tracker.locked
+        resumed = False
         gone_at = _job_gone(window, est, was_locked)  # as Pipeline._estimate_loop
         if gone_at is not None:
             stopped_at = gone_at
@@ -1150,8 +1151,10 @@ def run_online(
             and est.last_burst_end_s is not None
             and est.last_burst_end_s > stopped_at + 0.1
         ):
+            window.drop_before(stopped_at + 0.1)
             stopped_at = None
-        stopped = stopped_at is not None
+            resumed = True
+        stopped = stopped_at is not None or resumed
         if stopped and was_locked is not None:
             update = tracker.release()
         else:

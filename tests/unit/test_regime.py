@@ -30,6 +30,11 @@ from agent.regime import RegimeFeatures, RegimeGate, classify_regime, collective
             RegimeFeatures(periodic=False, bursty=True, bursts=74, burst_rate=47e6, mean_rate=4e6),
             "inference",
         ),
+        # A job's first few bursts: too few to tell, but no idle host.
+        (
+            RegimeFeatures(periodic=False, bursty=True, bursts=4, burst_rate=47e6, mean_rate=4e6),
+            "unknown",
+        ),
         # Management chatter: regular-looking bursts, but nowhere near a job's rate.
         (
             RegimeFeatures(periodic=False, bursty=True, bursts=20, burst_rate=2e5, mean_rate=1e4),

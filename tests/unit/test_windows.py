@@ -391,12 +391,19 @@ def test_a_job_is_gone_after_two_periods_and_more_than_its_own_pauses() -> None:
     assert job_gone(2.3, 0.2, 1.5)
 
 
-def test_a_released_lock_starts_afresh() -> None:
+def test_a_released_lock_comes_back_at_once_only_for_the_same_period() -> None:
+    """A job that resumes after a pause: one window that agrees with the released T locks
+    (the real pause job re-locked 3-7.5 s after each resume, with 7 s between pauses). Any
+    other period needs two agreeing windows, as at a cold start."""
     tr = PeriodTracker()
     tr.update(1.0)
     assert tr.update(1.0).period_s == 1.0
     update = tr.release()
     assert update.period_s is None
     assert tr.locked is None
-    assert tr.update(1.0).period_s is None  # two agreeing windows again, as at a cold start
-    assert tr.update(1.0).period_s == 1.0
+    assert tr.update(1.01, rel_error=0.01).period_s == pytest.approx(1.01)
+    tr.release()
+    assert tr.update(1.5).period_s is None
+    assert tr.update(1.5).period_s == 1.5
+    tr.release()
+    assert tr.update(1.5).period_s == 1.5  # the last released period, not an older one

@@ -22,9 +22,17 @@ from agent.estimate import (
     Estimate,
     EstimateInputs,
     GpuSamples,
+    busier_direction,
     estimate,
 )
-from agent.rates import Direction, GridSeries, active_span, direction_grids, nominal_interval
+from agent.rates import (
+    IDLE_FRACTION,
+    Direction,
+    GridSeries,
+    active_span,
+    direction_grids,
+    nominal_interval,
+)
 from agent.regime_params import CallTable, arrivals_of, sharding_of, sparse_ops_of
 from collectors._base import CallKey
 from collectors.counters_csv import read_counters_csv
@@ -227,6 +235,83 @@ def _without_idle_ends(network: dict[Direction, GridSeries]) -> dict[Direction, 
     return {d: g.sliced(i0, i1) for d, g in network.items()}
 
 
+#: Silence at least this long inside a recording may separate two jobs ...
+JOB_GAP_S = 3.0
+#: ... each of which must have traffic over at least this long to be looked at on its own.
+JOB_MIN_S = 8.0
+#: Two parts whose periods differ by more than this are two jobs, not one job and its pause.
+JOB_PERIODS_DIFFER = 0.1
+
+
+def _parts(network: dict[Direction, GridSeries]) -> list[tuple[int, int]]:
+    """Slot ranges of traffic between silences of ``JOB_GAP_S`` or more, in the busier direction.
+
+    Parts with less than ``JOB_MIN_S`` of traffic are left out.
+    """
+    chosen = busier_direction(network)
+    if chosen is None:
+        return []
+    grid = chosen[1]
+    x = grid.rate
+    finite = x[np.isfinite(x)]
+    if finite.size == 0:
+        return []
+    high = float(np.percentile(finite, 99.0))
+    busy = np.flatnonzero(~(x <= IDLE_FRACTION * high))
+    if busy.size < 2 or high <= 0:
+        return []
+    gap = max(1, math.ceil(JOB_GAP_S / grid.dt))
+    splits = np.flatnonzero(np.diff(busy) > gap)
+    starts = [int(busy[0]), *(int(busy[k + 1]) for k in splits)]
+    ends = [*(int(busy[k]) + 1 for k in splits), int(busy[-1]) + 1]
+    least = JOB_MIN_S / grid.dt
+    return [(a, b) for a, b in zip(starts, ends, strict=True) if b - a >= least]
+
+
+def _one_job(
+    network: dict[Direction, GridSeries], inputs: EstimateInputs, est: Estimate
+) -> tuple[EstimateInputs, Estimate]:
+    """The job that moved the most bytes, when the recording holds several one after another.
+
+    Jobs are told apart by their periods (a warning names them). Read as one series, two jobs
+    back to back (steps of 0.81 and 1.43 s, 5 s apart) gave a period of neither (1.57 s) and
+    bytes per step of neither. A job that pauses (evaluation, checkpoint) keeps its period on
+    both sides and stays whole, unless no period spans the silence (then its biggest part
+    shows, with a warning).
+    """
+    parts = _parts(network)
+    if len(parts) < 2:
+        return inputs, est
+    dt = next(iter(network.values())).dt
+    found = []
+    for a, b in parts:
+        sub = replace(inputs, network={d: g.sliced(a, b) for d, g in network.items()})
+        part = estimate(sub)
+        if part.period_s is None:
+            return inputs, est
+        found.append((a, b, sub, part))
+    periods = [f[3].period_s or 0.0 for f in found]
+    one_job = max(periods) <= (1.0 + JOB_PERIODS_DIFFER) * min(periods)
+    if one_job and est.period_s is not None:
+        return inputs, est
+    a, b, sub, part = max(found, key=lambda f: (f[3].mean_bandwidth or 0.0) * (f[1] - f[0]))
+    listed = ", ".join(f"{f[0] * dt:.0f}-{f[1] * dt:.0f} s: T {f[3].period_s:.4g} s" for f in found)
+    shown = f"{a * dt:.0f}-{b * dt:.0f} s"
+    if one_job:
+        # One job that fell silent (a checkpoint): read across the silence, its period was lost.
+        note = (
+            f"the traffic stops for {JOB_GAP_S:g} s or more between parts ({listed}, from its "
+            f"first traffic), and no period spans them; shown: the part at {shown}"
+        )
+    else:
+        note = (
+            f"the recording holds {len(found)} jobs one after the other ({listed}, from its "
+            f"first traffic); shown: the one at {shown}, which moved the most bytes. Cut the "
+            "recording to analyze another"
+        )
+    return sub, replace(part, warnings=(*part.warnings, note))
+
+
 def _frame_spacing(captures: Sequence[Capture]) -> float:
     """Median time between consecutive frames that carry the bytes of the busier direction.
 
@@ -361,6 +446,8 @@ def analyze_files(
         network=network, network_source=network_source, gpu=gpu_samples, collectives=mix
     )
     est = estimate(inputs)
+    if network:
+        inputs, est = _one_job(network, inputs, est)
     if capture_notes:
         est = replace(est, warnings=(*est.warnings, *capture_notes))
     if not network and mix is None and gpu_samples is None:

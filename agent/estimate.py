@@ -163,7 +163,10 @@ class Estimate:
             burst_resolved=False,
             period_cycles=0.0,
             period_method="none",
-            warnings=("no burst since the job's last one: the job stopped",),
+            warnings=(
+                "no burst for over two periods: the job stopped (or paused), and its T, B and D "
+                "are no longer shown",
+            ),
         )
 
     @property

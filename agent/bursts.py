@@ -142,31 +142,33 @@ def _smoothing_width(
     rel_noise: float,
     dt: float,
     period_s: float | None,
-) -> int:
-    """Boxcar width that brings the plateau noise to 0.1 of the contrast, or 1 (no smoothing).
+) -> tuple[int, FloatArray]:
+    """The boxcar width that brings plateau noise to 0.1 of the contrast, and ``u`` smoothed.
 
-    The noise estimate cannot tell noise from bursts about two samples long (a full sample next
-    to a partial one), so the smoothing is dropped again where it would merge a train of such
-    transfers (:func:`_merged_train`), or where it leaves no burst core at all while the raw
-    samples have one and the noise is low enough to classify them one by one.
+    Width 1 is no smoothing. The noise estimate cannot tell noise from bursts about two samples
+    long (a full sample next to a partial one), so the smoothing is dropped again where it
+    would merge a train of such transfers (:func:`_merged_train`), or where it leaves no burst
+    core at all while the raw samples have one and the noise is low enough to classify them
+    one by one.
     """
     if rel_noise <= 0.1:
-        return 1
+        return 1, u
     width = max(1, round((rel_noise / 0.1) ** 2))
     if period_s is not None:
         width = min(width, max(1, int(period_s / dt / 8)))
     if width == 1:
-        return 1
-    smoothed_core = erode((boxcar(u, width) >= 0.5) & finite, width // 2 + 1)
+        return 1, u
+    smoothed = boxcar(u, width)
+    smoothed_core = erode((smoothed >= 0.5) & finite, width // 2 + 1)
     if _merged_train(u[smoothed_core], rel_noise):
-        return 1
+        return 1, u
     if (
         np.count_nonzero(smoothed_core) < MIN_CORE_SAMPLES
         and rel_noise <= _RAW_CLASSIFY_NOISE
         and np.count_nonzero(erode((u >= 0.5) & finite, 1)) >= MIN_CORE_SAMPLES
     ):
-        return 1
-    return width
+        return 1, u
+    return width, smoothed
 
 
 def burst_stats(
@@ -210,8 +212,7 @@ def burst_stats(
     filled = np.where(finite, x, lo)
     u_raw = (filled - lo) / contrast
     rel_noise = noise / contrast
-    width = _smoothing_width(u_raw, finite, rel_noise, dt, period_s)
-    u = boxcar(u_raw, width)
+    width, u = _smoothing_width(u_raw, finite, rel_noise, dt, period_s)
     on = (u >= 0.5) & finite
     off = (u < 0.5) & finite
     starts, ends = on_runs(on)

@@ -26,10 +26,10 @@ from agent.estimate import (
     estimate,
 )
 from agent.rates import (
-    IDLE_FRACTION,
     Direction,
     GridSeries,
     active_span,
+    busy_slots,
     direction_grids,
     nominal_interval,
 )
@@ -252,13 +252,8 @@ def _parts(network: dict[Direction, GridSeries]) -> list[tuple[int, int]]:
     if chosen is None:
         return []
     grid = chosen[1]
-    x = grid.rate
-    finite = x[np.isfinite(x)]
-    if finite.size == 0:
-        return []
-    high = float(np.percentile(finite, 99.0))
-    busy = np.flatnonzero(~(x <= IDLE_FRACTION * high))
-    if busy.size < 2 or high <= 0:
+    busy = busy_slots(grid.rate)
+    if busy.size < 2:
         return []
     gap = max(1, math.ceil(JOB_GAP_S / grid.dt))
     splits = np.flatnonzero(np.diff(busy) > gap)

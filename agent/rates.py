@@ -107,6 +107,20 @@ class GridSeries:
 IDLE_FRACTION = 0.05
 
 
+def busy_slots(rate: FloatArray) -> npt.NDArray[np.intp]:
+    """Indices of the slots that are not idle (empty when there is no traffic at all).
+
+    Idle is below ``IDLE_FRACTION`` of the traffic's 99th percentile; unknown (NaN) is not idle.
+    """
+    finite = rate[np.isfinite(rate)]
+    if finite.size == 0:
+        return np.empty(0, dtype=np.intp)
+    high = float(percentiles(finite, [99.0])[0])
+    if high <= 0:
+        return np.empty(0, dtype=np.intp)
+    return np.flatnonzero(~(rate <= IDLE_FRACTION * high))
+
+
 def active_span(rate: FloatArray) -> tuple[int, int]:
     """Slots ``[i0, i1)`` without the idle stretch before the traffic and the one after it.
 
@@ -118,13 +132,7 @@ def active_span(rate: FloatArray) -> tuple[int, int]:
     its rising edge. Unknown (NaN) slots are not idle. Returns ``(0, n)`` when nothing is cut.
     """
     n = rate.size
-    finite = rate[np.isfinite(rate)]
-    if finite.size == 0:
-        return 0, n
-    high = float(percentiles(finite, [99.0])[0])
-    if high <= 0:
-        return 0, n
-    busy = np.flatnonzero(~(rate <= IDLE_FRACTION * high))  # NaN counts as busy
+    busy = busy_slots(rate)
     if busy.size < 2:
         return 0, n
     first, last = int(busy[0]), int(busy[-1])
@@ -436,6 +444,7 @@ __all__ += [
     "MAX_SPREAD_INTERVALS",
     "PollIntervals",
     "active_span",
+    "busy_slots",
     "direction_grids",
     "spread_slots",
     "stale_reads",

@@ -171,6 +171,75 @@ def _smoothing_width(
     return width, smoothed
 
 
+#: Longest dip (samples) that a late counter update can explain: a stalled driver refresh or
+#: counter writer of up to ~0.15 s at 100 Hz.
+_MAX_LAG_SAMPLES = 16
+
+
+def _bridge_late_counts(
+    on: npt.NDArray[np.bool_], u: FloatArray, finite: npt.NDArray[np.bool_], rel_noise: float
+) -> npt.NDArray[np.bool_]:
+    """``on`` with dips inside a burst that a late counter update explains marked on again.
+
+    A counter refreshed late (a driver that folds its statistics on a timer, a cached
+    ``hw_counters`` read, a stalled writer) reads flat for a poll or two in mid-burst and then
+    jumps by the bytes it missed: the burst looks split in two, and burst counts, sizes and
+    arrival rates go wrong. The bytes give it away: the samples right after the dip exceed the
+    burst's level by about what the dip lacked, and then the level drops back. A real gap
+    between two transfers has no such catch-up (the link cannot run above its rate), and a
+    faster transfer after a gap keeps its higher level, so neither is bridged.
+
+    Args:
+        on: on-mask of the series.
+        u: the raw series scaled to 0 (off level) .. 1 (on level).
+        finite: which samples are known (dips with unknown samples are never bridged).
+        rel_noise: plateau noise over the contrast (how far above the level a catch-up peaks).
+    """
+    starts, ends = on_runs(on)
+    if starts.size < 2:
+        return on
+    dip_start, dip_end = ends[:-1], starts[1:]
+    length = dip_end - dip_start
+    # The catch-up may straddle a poll (a partial sample first): look (length + 2) samples on.
+    catch_end = np.minimum(dip_end + length + 2, ends[1:])
+    # Cheap screen against the on level before the closer look at each candidate: the
+    # catch-up must hold at least a quarter of the bytes the dip lacked.
+    filled = np.where(finite, u, 0.0)
+    csum_deficit = np.concatenate(([0.0], np.cumsum(1.0 - filled)))
+    csum_excess = np.concatenate(([0.0], np.cumsum(np.maximum(filled - 1.0, 0.0))))
+    deficit = csum_deficit[dip_end] - csum_deficit[dip_start]
+    excess = csum_excess[catch_end] - csum_excess[dip_end]
+    missing = np.concatenate(([0], np.cumsum(~finite)))
+    whole = missing[dip_end] == missing[dip_start]  # no unknown slot in the dip
+    candidates = np.flatnonzero(
+        (length <= _MAX_LAG_SAMPLES) & whole & (deficit > 0) & (excess >= 0.25 * deficit)
+    )
+    if not candidates.size:
+        return on
+    out = on.copy()
+    spread = max(0.25, 3.0 * rel_noise)
+    for i in candidates:
+        a, b, c = int(dip_start[i]), int(dip_end[i]), int(catch_end[i])
+        before = u[max(int(starts[i]), a - 4) : a]
+        before = before[np.isfinite(before)]
+        # The burst's level: never under the on level (short runs are mostly edge samples).
+        level = max(1.0, float(np.median(before))) if before.size else 1.0
+        lack = float(np.sum(level - u[a:b]))
+        catch = u[b:c]
+        extra = float(np.nansum(np.maximum(catch - level, 0.0)))
+        if float(np.nanmax(catch)) < level + spread or extra < 0.5 * lack:
+            continue
+        after = u[c : min(int(ends[i + 1]), c + 4)]
+        after = after[np.isfinite(after)]
+        if after.size:
+            if float(np.median(after)) - level > spread:
+                continue  # a faster transfer going on, not a catch-up back to this one
+        elif extra > 2.0 * lack:
+            continue  # a short, faster transfer rather than the missed bytes
+        out[a:b] = True
+    return out
+
+
 def burst_stats(
     rate: FloatArray,
     dt: float,
@@ -213,8 +282,8 @@ def burst_stats(
     u_raw = (filled - lo) / contrast
     rel_noise = noise / contrast
     width, u = _smoothing_width(u_raw, finite, rel_noise, dt, period_s)
-    on = (u >= 0.5) & finite
-    off = (u < 0.5) & finite
+    on = _bridge_late_counts((u >= 0.5) & finite, u_raw, finite, rel_noise)
+    off = ~on & finite
     starts, ends = on_runs(on)
     bursts = int(starts.size)
     mean_burst = float(np.mean(ends - starts) * dt) if bursts else None

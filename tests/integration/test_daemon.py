@@ -244,7 +244,7 @@ def test_run_converges_streams_survives_broker_restart_reload_and_stops(
             "the arrival pattern",
         )
         body = json.loads(sub.since(0, est_topic)[-1])
-        assert approx(body["arrivals"]["arrival_rate_hz"], 1 / PERIOD, 0.1)
+        assert approx(body["arrivals"]["arrival_rate_hz"], 1 / PERIOD, 0.1), body["arrivals"]
         assert body["arrivals"]["verdict"] == "periodic"
         assert body["sharding"]["zero_stage"] in ("ddp_or_zero1", "unknown")
         assert b"online" in sub.since(0, status_topic)

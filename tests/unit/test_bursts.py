@@ -115,6 +115,55 @@ def test_layer_train_counts_every_burst() -> None:
     assert s.mean_burst_s == pytest.approx(0.02, abs=0.002)
 
 
+def _late_counter(
+    bursts: FloatArray, fs: float, duration: float, stalls: list[tuple[float, float]]
+) -> FloatArray:
+    """Rates from a counter that reads stale during each (start, length) stall and then jumps
+    by the bytes it missed: a driver refreshing its statistics late, a stalled writer."""
+    edges = np.arange(int(duration * fs) + 1) / fs
+    seen = edges.copy()
+    for start, length in stalls:
+        inside = (edges >= start) & (edges < start + length)
+        seen[inside] = start
+    cum = Cumulative(bursts[:, :2], bursts[:, 2]).at(seen)
+    return np.diff(cum) * fs
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_late_counter_update_does_not_split_a_burst(seed: int) -> None:
+    """A counter that stalls 15-40 ms in mid-burst and then catches up reads as a dip and a
+    spike: still one burst a step, and B the link rate (a stalled test writer on a loaded CI
+    machine made a 1/s job read 1.16 bursts/s)."""
+    rng = np.random.default_rng(seed)
+    b, _ = periodic_bursts(1.0, 0.3, 30, rate=2.5e9, seed=seed)
+    stalls = [(s0 + rng.uniform(0.05, 0.2), rng.uniform(0.015, 0.04)) for s0 in b[::3, 0]]
+    x = _late_counter(b, 100, 30, stalls)
+    x *= rng.normal(1.0, 0.03, x.size)
+    s = burst_stats(x, 0.01, 1.0)
+    assert s.bursts == np.count_nonzero(b[:, 0] < 30)
+    assert s.burst_bandwidth == pytest.approx(2.5e9, rel=0.01)
+    assert s.on_ratio == pytest.approx(0.3, abs=0.01)
+
+
+def test_a_gap_before_a_faster_transfer_is_not_bridged() -> None:
+    """Two transfers 30 ms apart, the second at twice the rate: no catch-up, two bursts."""
+    rows = []
+    for k in range(30):
+        rows += [(k + 0.1, k + 0.25, 1.0e9), (k + 0.28, k + 0.4, 2.0e9)]
+    x = sample_bursts(np.asarray(rows), 100, 30)
+    s = burst_stats(x, 0.01, 1.0)
+    assert s.bursts == 60
+
+
+def test_a_train_of_short_transfers_is_not_bridged() -> None:
+    """Equal transfers 30 ms apart have no catch-up after their gaps either."""
+    rows = [(k + 0.1 + 0.08 * j, k + 0.15 + 0.08 * j, 1.0e9) for k in range(30) for j in range(4)]
+    x = sample_bursts(np.asarray(rows), 100, 30)
+    x *= np.random.default_rng(0).normal(1.0, 0.03, x.size)
+    s = burst_stats(x, 0.01, 1.0)
+    assert s.bursts == 120
+
+
 def test_unknown_samples_are_left_out() -> None:
     x, _ = square_wave(1.0, 0.3, 100, 30, noise=0.02, seed=0)
     x[100:300] = np.nan

@@ -39,6 +39,7 @@ import numpy as np
 import numpy.typing as npt
 
 from agent.errors import InputFormatError
+from collectors._text import inflated_chunks, open_binary
 
 __all__ = [
     "DATATYPE_SIZES",
@@ -1649,10 +1650,11 @@ def _iter_lines(path: Path, max_line_bytes: int) -> Iterator[bytes | None]:
 
     Reads in fixed chunks, so an over-long line is skipped, never held whole in memory.
     """
-    with path.open("rb") as f:
+    stream, compression = open_binary(path)
+    with stream:
         pending = bytearray()
         skipping = False  # inside an over-long line: drop bytes up to its newline
-        while chunk := f.read(_CHUNK):
+        for chunk in inflated_chunks(path, stream, compression, _CHUNK):
             start = 0
             while True:
                 nl = chunk.find(b"\n", start)

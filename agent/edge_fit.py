@@ -132,15 +132,27 @@ def _weights(m: FloatArray, ratio: float) -> FloatArray:
     return np.asarray(w)
 
 
-def realised_period(edges: FloatArray, cycles: FloatArray, ratio: float) -> float:
+def realised_period(
+    edges: FloatArray,
+    cycles: FloatArray,
+    ratio: float,
+    *,
+    kept: npt.NDArray[np.bool_] | None = None,
+) -> float:
     """Mean period of an edge run: ``Σ W_i δ_i / Σ W_i m_i`` with the minimum-variance weights.
 
     Args:
         edges: edge times, increasing.
         cycles: cycles in each interval (``edges.size − 1`` values, each ≥ 1).
         ratio: σ_e²/σ_j² (:func:`edge_noise_ratio`); 0 gives the span estimator exactly.
+        kept: the intervals that count (default all): one whose cycles are unknown (a pause in
+            the job) gets weight 0, which leaves the estimate unbiased.
     """
     intervals = np.diff(edges)
+    if kept is not None and not kept.all():
+        w = np.ones(intervals.size) if ratio <= 0.0 else _weights(cycles, ratio)
+        w = np.where(kept, w, 0.0)
+        return float(np.einsum("i,i->", w, intervals) / np.einsum("i,i->", w, cycles))
     if ratio <= 0.0 or intervals.size < 2:
         return float(intervals.sum() / cycles.sum())
     w = _weights(cycles, ratio)

@@ -157,3 +157,17 @@ def test_noisy_edges_are_placed_by_their_partial_sample() -> None:
         errs.append(timing.period_s / n_t - 1.0)
     bound = math.sqrt(6.0) * noise / (cycles**1.5 * n_t)
     assert float(np.sqrt(np.mean(np.square(errs)))) < 2.0 * bound
+
+
+@pytest.mark.parametrize("ratio", [0.0, 1.0, math.inf])
+def test_an_interval_left_out_does_not_count(ratio: float) -> None:
+    """A pause of 3.7 periods between two runs of steps: counted as 4 cycles it moves T by
+    0.3 periods over the run; left out (weight 0), T is the steps' own."""
+    first = np.arange(20) * 0.5
+    second = first[-1] + 1.85 + np.arange(20) * 0.5
+    edges = np.concatenate((first, second))
+    cycles = np.ones(edges.size - 1)
+    cycles[19] = 4.0
+    kept = cycles == 1.0
+    assert realised_period(edges, cycles, ratio) != pytest.approx(0.5, rel=1e-3)
+    assert realised_period(edges, cycles, ratio, kept=kept) == pytest.approx(0.5, rel=1e-9)

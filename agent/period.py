@@ -1126,31 +1126,31 @@ def _steady_steps(
     under 0.2 and z under 4 in 20 s windows: no period in most of them, and the live agent
     called the job inference. Its steps, counted by their edges, give T within 1 %.
     """
-    window_s = pyramid[0].samples.size * pyramid[0].dt
-    candidates = sorted(
-        (d for d in detections if d.cycles >= cfg.few_cycles), key=lambda d: d.z, reverse=True
-    )
-    for det in candidates[:1]:
-        # The coarsest level with 8 samples a period or more (8-32) times steps well enough
-        # to see whether they are steady, at a fraction of the cost of the finest (an edge
-        # timing took ~6 ms at 64 k samples, on every aperiodic window); the edge refinement
-        # then times the period on the finest level that shows it.
-        usable = [i for i, lv in enumerate(pyramid) if det.period_s / lv.dt >= 8]
-        for level in usable[-1:]:
-            lv = pyramid[level]
-            timing = edge_timing(lv.samples, lv.dt, det.period_s, t0=t0 + lv.start_s)
-            if timing is None or not 0.8 <= timing.bursts_per_period <= 1.25:
-                continue
-            rises = timing.rising_s
-            # Steps fill the window: bursts confined to part of it (one FSDP step's train of
-            # equal layer bursts, with silence after it) are no steps of their own.
-            filled = float(rises[-1] - rises[0]) + 2.5 * timing.step_period_s >= window_s
-            if (
-                filled
-                and _steady(timing, cfg)
-                and abs(timing.period_s / det.period_s - 1.0) <= cfg.hold_tolerance
-            ):
-                return _edge_detection(level, lv, timing, prepared[level])
+    candidates = [d for d in detections if d.cycles >= cfg.few_cycles]
+    if not candidates:
+        return None
+    det = max(candidates, key=lambda d: d.z)
+    # The coarsest level with 8 samples a period or more (8-32) times steps well enough to see
+    # whether they are steady, at a fraction of the cost of the finest (an edge timing took
+    # ~6 ms at 64 k samples, on every aperiodic window); the edge refinement then times the
+    # period on the finest level that shows it.
+    usable = [i for i, lv in enumerate(pyramid) if det.period_s / lv.dt >= 8]
+    if not usable:
+        return None
+    level = usable[-1]
+    lv = pyramid[level]
+    timing = edge_timing(lv.samples, lv.dt, det.period_s, t0=t0 + lv.start_s)
+    if timing is None or not 0.8 <= timing.bursts_per_period <= 1.25:
+        return None
+    # Steps fill the window: bursts confined to part of it (one FSDP step's train of equal
+    # layer bursts, with silence after it) are no steps of their own.
+    span = float(timing.rising_s[-1] - timing.rising_s[0]) + 2.5 * timing.step_period_s
+    if (
+        span >= pyramid[0].samples.size * pyramid[0].dt
+        and _steady(timing, cfg)
+        and abs(timing.period_s / det.period_s - 1.0) <= cfg.hold_tolerance
+    ):
+        return _edge_detection(level, lv, timing, prepared[level])
     return None
 
 

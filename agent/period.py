@@ -1315,6 +1315,7 @@ def estimate_period(
     # decimation merges again, while irregular repetition stays irregular at every level.
     irregular: EdgeTiming | None = None
     irregular_method = "edges"
+    weak_nsdf = max(d.comb for d in valid) < cfg.moderate_comb
     accepted: EdgeTiming | None = None
     for level, lv in enumerate(pyramid):
         if period / lv.dt < 8:
@@ -1337,11 +1338,12 @@ def estimate_period(
                 irregular, irregular_method = timing, timing_method
             continue
         # Edges that disagree with the period are pieces of bursts, as above, unless they are
-        # steady steps (under a wide step spread the NSDF's lag leans to the commonest step),
+        # steady steps under a weak NSDF (under a wide step spread its lag leans to the
+        # commonest step; a clear comb, as heavy noise on regular steps leaves it, is right),
         # or agree with their own level's detection of it: pauses in the window (evaluation,
         # checkpoints) move each level's lag differently (0.63, 0.65, 0.73 s on a real job of
         # 0.681 s steps, whose edges read 0.681 s on the level that found 0.65 s).
-        steady = _steady(timing, cfg)
+        steady = weak_nsdf and _steady(timing, cfg)
         own = [
             d.period_s for d in valid if d.level == level and abs(d.period_s / period - 1.0) <= 0.1
         ]

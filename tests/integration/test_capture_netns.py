@@ -226,8 +226,15 @@ def test_the_daemon_serves_capture_metrics(veth_pair: Link, tmp_path: Path) -> N
              str(DUTY), "9"],
             env=env,
         )  # fmt: skip
-        time.sleep(7.5)
-        during = _scrape(veth_pair.receiver_ns, port)  # while the train runs
+        # While the train runs: the newest scrape that shows T (a loaded machine locks later
+        # than the 7.5 s this waited once; after the train T goes, as the job is gone).
+        time.sleep(5.0)
+        during = _scrape(veth_pair.receiver_ns, port)
+        while train.poll() is None:
+            scrape = _scrape(veth_pair.receiver_ns, port)
+            if ("commpulse_sync_period_seconds", ()) in scrape:
+                during = scrape
+            time.sleep(0.5)
         assert train.wait(timeout=30) == 0
         _send(
             veth_pair.sender_ns, "tests.integration.roce_sender",

@@ -352,3 +352,19 @@ def test_a_real_fsdp_capture_binned_near_its_bursts_gives_the_bytes_of_a_step() 
     assert s.burst_bandwidth is not None
     assert 42e6 <= s.burst_bandwidth <= 50e6
     assert s.on_ratio == pytest.approx(0.65, abs=0.03)
+
+
+def test_a_real_inference_capture_binned_at_20_ms_has_its_replies_as_bursts() -> None:
+    """Replies of 0.5-4 MB at 48 MB/s last 10-85 ms: about 2.6 bins a run at 20 ms, which
+    missed the "twice the i.i.d. run" bar (2.66) though i.i.d. spikes would average 1.33. No
+    bursts stood out, and the service read "unknown" instead of inference."""
+    x = np.loadtxt(FIXTURES / "captures" / "inference-rx-20ms.txt.gz")
+    s = burst_stats(x, 0.02)
+    assert s.has_bursts
+    assert s.burst_bandwidth is not None
+    assert 44e6 <= s.burst_bandwidth <= 50e6
+    assert s.bursts == pytest.approx(354, rel=0.05)  # replies that overlap merge
+    grid = GridSeries(0.0, 0.02, x, np.isfinite(x))
+    est = estimate(EstimateInputs(network={"rx": grid}, network_source="pcap"))
+    assert est.period_s is None
+    assert est.regime == "inference"

@@ -89,6 +89,30 @@ def test_sparse_super_frames_get_bins_that_hold_several(
     assert out["capture"]["bin_s"] >= 0.02  # 8 frames of 3.2 ms, as a 1-2-5 step
 
 
+@pytest.mark.parametrize("seed", range(3))
+def test_transfers_about_two_bins_long_are_read_on_finer_bins(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], seed: int
+) -> None:
+    """A pipeline stage's micro-batches: 8 transfers of 21 ms at 50 MB/s a 0.76 s step, 15-30
+    ms apart, in 64 kB super-frames (20 ms bins). Every bin mixed a transfer with a gap: B read
+    26 MB/s and D 0.42 (a real capture of such a job: 24.3 and 0.45). The 10 ms bins read the
+    wire, and say why."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for k in range(40):
+        t = 0.05 + k * 0.76
+        for _ in range(8):
+            rows.append((t, t + 0.021, 50e6))
+            t += 0.021 + float(rng.uniform(0.015, 0.03))
+    out = _analyze(capsys, _write(tmp_path / "pipe.pcap", rows, frame_bytes=65_000))
+    assert out["period_s"] == pytest.approx(0.76, rel=0.005)
+    assert out["burst_bandwidth_bytes_per_s"] == pytest.approx(50e6, rel=0.05)
+    assert out["duty_cycle"] == pytest.approx(8 * 0.021 / 0.76, abs=0.02)
+    assert out["bytes_per_iteration"] == pytest.approx(8 * 0.021 * 50e6, rel=0.02)
+    assert out["capture"]["bin_s"] == pytest.approx(0.01)
+    assert any("10 ms bins are used" in w for w in out["warnings"])
+
+
 def _udp_frame(src_port: int) -> bytes:
     """The first 42 bytes of an Ethernet/IPv4/UDP frame from this host to its peer."""
     eth = bytes.fromhex("0200000000020200000000010800")

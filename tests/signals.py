@@ -87,3 +87,18 @@ def gamma_renewal(
     b = np.column_stack((starts, starts + lens, np.ones(starts.size)))
     x = sample_bursts(b, fs, duration)
     return x + rng.normal(0.0, noise, x.size)
+
+
+def pipeline_stage(
+    rng: np.random.Generator, gap_s: tuple[float, float], steps: int = 40
+) -> FloatArray:
+    """(start, end, rate) of a pipeline stage's transfers: per 0.76 s step, 8 micro-batches of
+    21 ms at 50 MB/s, ``gap_s`` apart (the shape of a real 2-stage GPipe job on a 400 Mbit/s
+    link)."""
+    rows = []
+    for k in range(steps):
+        t = 0.05 + k * 0.76
+        for _ in range(8):
+            rows.append((t, t + 0.021, 50e6))
+            t += 0.021 + float(rng.uniform(*gap_s))
+    return np.asarray(rows)

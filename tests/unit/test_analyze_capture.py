@@ -17,6 +17,7 @@ import pytest
 
 from agent.cli import main
 from agent.simulator.pcap_writer import write_roce_pcap
+from tests.signals import pipeline_stage
 
 T, DUTY, RATE = 1.0, 0.3, 20e6  # 1 s steps, 0.3 s of each at 20 MB/s
 CYCLES = 12
@@ -97,14 +98,8 @@ def test_transfers_about_two_bins_long_are_read_on_finer_bins(
     ms apart, in 64 kB super-frames (20 ms bins). Every bin mixed a transfer with a gap: B read
     26 MB/s and D 0.42 (a real capture of such a job: 24.3 and 0.45). The 10 ms bins read the
     wire, and say why."""
-    rng = np.random.default_rng(seed)
-    rows = []
-    for k in range(40):
-        t = 0.05 + k * 0.76
-        for _ in range(8):
-            rows.append((t, t + 0.021, 50e6))
-            t += 0.021 + float(rng.uniform(0.015, 0.03))
-    out = _analyze(capsys, _write(tmp_path / "pipe.pcap", rows, frame_bytes=65_000))
+    rows = pipeline_stage(np.random.default_rng(seed), (0.015, 0.03))
+    out = _analyze(capsys, _write(tmp_path / "pipe.pcap", rows.tolist(), frame_bytes=65_000))
     assert out["period_s"] == pytest.approx(0.76, rel=0.005)
     assert out["burst_bandwidth_bytes_per_s"] == pytest.approx(50e6, rel=0.05)
     assert out["duty_cycle"] == pytest.approx(8 * 0.021 / 0.76, abs=0.02)

@@ -15,7 +15,7 @@ from agent.estimate import EstimateInputs, estimate
 from agent.levels import erode, two_means
 from agent.rates import GridSeries, grid_from_cumulative
 from agent.simulator.sampling import Cumulative
-from tests.signals import periodic_bursts, sample_bursts, square_wave
+from tests.signals import periodic_bursts, pipeline_stage, sample_bursts, square_wave
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 FloatArray = npt.NDArray[np.float64]
@@ -50,17 +50,10 @@ def test_sub_sample_bursts_keep_v_but_flag_b_unresolved() -> None:
 
 
 def _pipeline_stage(seed: int, gap_s: tuple[float, float]) -> tuple[FloatArray, float]:
-    """A pipeline stage's traffic: per 0.76 s step, 8 micro-batch transfers of 21 ms at
-    50 MB/s, ``gap_s`` apart (the shape of a real 2-stage GPipe job on a 400 Mbit/s link),
-    polled every 10 ms for 40 steps. Returns the rate samples and the true D."""
+    """A pipeline stage's traffic (:func:`tests.signals.pipeline_stage`) polled every 10 ms
+    for 40 steps. Returns the rate samples and the true D."""
     rng = np.random.default_rng(seed)
-    rows = []
-    for k in range(40):
-        t = 0.05 + k * 0.76
-        for _ in range(8):
-            rows.append((t, t + 0.021, 50e6))
-            t += 0.021 + rng.uniform(*gap_s)
-    x = sample_bursts(np.asarray(rows), 100, 40 * 0.76)
+    x = sample_bursts(pipeline_stage(rng, gap_s), 100, 40 * 0.76)
     return x + rng.normal(0.0, 0.2e6, x.size), 8 * 0.021 / 0.76
 
 

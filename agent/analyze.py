@@ -412,7 +412,7 @@ def _finer_bins(
     t, t_fine = est.period_s, fine_est.period_s
     if (t is None) != (t_fine is None) or (t and t_fine and abs(t_fine / t - 1.0) > 0.01):
         return None
-    coarse_ms, fine_ms = 1e3 * next(iter(inputs.network.values())).dt, 1e3 * _dt(fine)
+    coarse_ms, fine_ms = 1e3 * _dt(inputs.network), 1e3 * _dt(fine)
     note = (
         f"B read {b / 1e6:.3g} MB/s on {coarse_ms:.3g} ms capture bins and {b_fine / 1e6:.3g} MB/s "
         f"on {fine_ms:.3g} ms bins: the transfers last about two coarse bins, which mixed them "

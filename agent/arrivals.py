@@ -158,7 +158,9 @@ def arrival_verdict(cv: float | None) -> str | None:
 _REGULAR_CV = 0.5
 
 
-def _arrival_rate(count: int, window: float, inter: FloatArray) -> float | None:
+def _arrival_rate(
+    count: int, window: float, inter: FloatArray, inter_cv: float | None
+) -> float | None:
     """λ: bursts starting per second.
 
     The count over the window is the rate's maximum-likelihood estimate for random arrivals,
@@ -168,8 +170,7 @@ def _arrival_rate(count: int, window: float, inter: FloatArray) -> float | None:
     """
     if window <= 0:
         return None
-    cv = _cv(inter) if inter.size >= MIN_INTERVALS // 2 else None
-    if cv is not None and cv <= _REGULAR_CV:
+    if inter.size >= MIN_INTERVALS // 2 and inter_cv is not None and inter_cv <= _REGULAR_CV:
         return float(1.0 / inter.mean())
     return float(count / window)
 
@@ -325,15 +326,16 @@ def _at_resolution(
     if gaps.size < MIN_INTERVALS:
         notes.append(f"fewer than {MIN_INTERVALS} gaps between bursts: no arrival-pattern verdict")
     gap_cv = _cv(gaps) if gaps.size >= MIN_INTERVALS else None
+    inter_cv = _cv(inter)
     return ArrivalStats(
         window_s=window,
         dt=dt,
         bursts=int(starts.size),
-        arrival_rate_hz=_arrival_rate(arrivals.size, window, inter),
+        arrival_rate_hz=_arrival_rate(arrivals.size, window, inter, inter_cv),
         size_bytes=Percentiles.of(sizes[complete]),
         duration_s=Percentiles.of(durations[complete]) if resolved else None,
         inter_arrival_mean_s=float(inter.mean()) if inter.size else None,
-        inter_arrival_cv=_cv(inter),
+        inter_arrival_cv=inter_cv,
         gap_mean_s=float(gaps.mean()) if gaps.size else None,
         gap_cv=gap_cv,
         # With a sync period found the traffic is periodic whatever its gaps: several bursts a

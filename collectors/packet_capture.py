@@ -699,13 +699,17 @@ class _Worker:
         now = self._clock.now()
         for name, ring in list(self.rings.items()):
             while (off := ring.ready_block()) is not None:
+                # Every frame of a ready block came before this moment. Blocks keep coming
+                # while a loaded machine drains slowly, so the drain's start is no bound: it
+                # would stamp those frames all at once and turn a burst into one bin.
+                seen = self._clock.now()
                 frames = parse_block(ring.map, off, _BLOCK_SIZE, link_header=ring.link_header)
                 if not frames.complete:
                     log.warning("capture %s: a ring block had an inconsistent frame chain", name)
                 mono = frames.time_ns.astype(np.float64) / 1e9 + self._offset
                 # A frame cannot come from the future: a wall clock stepped forward (until
                 # the offset is measured again) must not park bytes in a bin far ahead.
-                np.minimum(mono, now, out=mono)
+                np.minimum(mono, seen, out=mono)
                 self.binner.add(name, mono, frames.length, frames.outgoing)
                 self.tally.add(name, ring.map, frames, ring.link_type, now)
                 ring.release(off)

@@ -480,6 +480,47 @@ def test_worker_bins_ring_blocks_on_the_agent_clock(monkeypatch: pytest.MonkeyPa
     assert stats["kernel_dropped_packets"] == 3
 
 
+class SlowDrainRing(FakeRing):
+    """Each block is seen 10 ms after the one before: a loaded machine drains while the
+    kernel keeps retiring blocks, so most of them become ready after the drain began."""
+
+    def __init__(self, name: str, blocks: list[bytearray], clock: FakeClock) -> None:
+        super().__init__(name, blocks)
+        self.clock = clock
+
+    def ready_block(self) -> int | None:
+        off = super().ready_block()
+        if off is not None and self._next:
+            self.clock.advance(0.01)
+        return off
+
+
+def test_blocks_that_arrive_during_a_slow_drain_keep_their_frames_times(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(time, "time", lambda: 1_800_000_000.0)  # wall = agent + 1.8e9 - 1000
+    # one frame every 10 ms from 1000.005 on the agent's clock: a 100 ms burst, 10 blocks
+    blocks = [
+        kernel_block([(ROCE, T0 + 5_000_000 + k * 10_000_000, len(ROCE), 0, 0)]) for k in range(10)
+    ]
+    clock = FakeClock(1000.0)
+    ring = SlowDrainRing("eth0", blocks, clock)
+    worker, _, _ = _worker(lambda name, cfg: ring, monkeypatch=monkeypatch)
+    worker._clock = clock
+    worker.open_all()
+    worker._offset = worker._clock_offset()
+    worker.binner.start(clock.now())
+    clock.advance(0.01)  # the first block is ready
+    worker.drain()
+    assert ring._next == 10
+    clock.advance(1.0)
+    readings = worker.close_bins(clock.now())
+    rx = np.diff([0] + [r.values["eth0_rx_bytes"] for r in readings])
+    # each frame in its own 10 ms bin: the burst keeps its length
+    assert rx[:10].tolist() == [len(ROCE)] * 10
+    assert not rx[10:].any()
+
+
 def test_worker_keeps_capturing_on_the_interfaces_it_could_open() -> None:
     def opener(name: str, cfg: CaptureConfig) -> FakeRing:
         if name == "eth1":

@@ -106,13 +106,14 @@ def test_a_jittery_real_job_keeps_its_lock(phase: float) -> None:
 def test_a_job_whose_steps_spread_20_percent_is_locked_on_its_mean_step(phase: float) -> None:
     """Steps of 0.38-0.87 s (20 % spread): no level's NSDF is significant in most windows,
     and the lock came 20-21 s into the job; the steps, counted by their edges, give it by
-    12 s, and T follows the mean of the last 8 s of steps."""
+    12 s, keep it, and T follows the mean of the last 8 s of steps."""
     updates, ends, _ = _replay("ddp-gloo-jitter20", phase)
     first = next(u.time_s for u in updates if u.reported_s is not None)
     assert first <= 12.0
     during = [u for u in updates if first <= u.time_s <= ends[-1]]
     locked = [u for u in during if u.reported_s is not None]
-    assert len(locked) >= 0.7 * len(during)
+    # Held on its equal steps however they spread in the window (before: 42-44 of 54-57 hops)
+    assert len(locked) >= 0.9 * len(during)
     errors = [abs(u.reported_s / _mean_step(ends, u.time_s - 8.0, u.time_s) - 1.0) for u in locked]
     assert float(np.median(errors)) <= 0.04  # one step's spread over √13 steps: 5.5 %
 
@@ -228,6 +229,51 @@ class TestHoldOnTheLockedPeriod:
                 continue  # a false period of the search itself (bench A2), not of the hold
             held += estimate_period(x, dt, expected_period_s=self.LOCKED).period_s is not None
         assert held <= 8
+
+    @staticmethod
+    def _gamma_bursts(seed: int, cv: float, width: tuple[int, int]) -> tuple[np.ndarray, float]:
+        """9 s of bursts at gamma intervals of ``cv`` about the locked period, each
+        ``width`` samples long (drawn from the range), and the window's mean interval."""
+        rng = np.random.default_rng(seed)
+        dt, n = 0.01, 900
+        x = np.zeros(n)
+        starts = [0.0]
+        while starts[-1] < n * dt:
+            start = int(starts[-1] / dt)
+            x[start : start + int(rng.integers(width[0], width[1] + 1))] = 1.0
+            shape = 1.0 / cv**2
+            starts.append(starts[-1] + rng.gamma(shape, TestHoldOnTheLockedPeriod.LOCKED / shape))
+        x += 0.02 * rng.standard_normal(n)
+        return x, float(np.diff(starts[:-1]).mean())
+
+    def test_equal_steps_spreading_30_percent_hold_it_at_their_mean(self) -> None:
+        """Steps of one size whose time spreads 30 % (a job of 20 % spread has such windows
+        of 16 steps): too spread to lock on, but while locked they are still its steps, and
+        T is their mean interval. Before, 11 of these windows were held, with a median error
+        of 4.7 %, and the real job of 20 % spread lost its lock for 6 s twice a minute."""
+        errors = []
+        searched = 0
+        for seed in range(40):
+            x, mean = self._gamma_bursts(seed, 0.3, (25, 25))
+            if estimate_period(x, 0.01).period_s is not None:
+                continue
+            searched += 1
+            r = estimate_period(x, 0.01, expected_period_s=self.LOCKED)
+            if r.period_s is not None:
+                errors.append(abs(r.period_s / mean - 1.0))
+        assert len(errors) >= 0.5 * searched
+        assert float(np.median(errors)) <= 0.03
+
+    def test_bursts_of_unequal_size_are_not_held_as_steps(self) -> None:
+        """The same spread with burst sizes spreading 40 % (requests of random size): only
+        the regular-edge hold applies, as before (18 of 100 windows)."""
+        held = 0
+        for seed in range(100):
+            x, _ = self._gamma_bursts(seed, 0.3, (8, 41))
+            if estimate_period(x, 0.01).period_s is not None:
+                continue
+            held += estimate_period(x, 0.01, expected_period_s=self.LOCKED).period_s is not None
+        assert held <= 20
 
 
 # --- FSDP: a layer rhythm inside a jittery step --------------------------------------------

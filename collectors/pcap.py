@@ -2069,6 +2069,14 @@ def _analyse(buf: _Buf, chunks: Iterable[_Chunk], meta: _Meta) -> Capture:
             "two hosts only: which MAC is the capturing host's is a guess, so tx and rx may be "
             "swapped (a cooked capture, `tcpdump -i any`, records the direction)"
         )
+    if n and local is None and not typed.any():
+        warn.append(
+            f"the frames carry no direction (link type {meta.link_type}: no Ethernet MAC, no "
+            "cooked-capture packet type), so all are counted as received: where both "
+            "directions were captured, B and the rx bytes are their sum, up to twice one "
+            "direction's (an InfiniBand capture from ibdump is such a file); capture on the "
+            "Ethernet/RoCE interface, or with `tcpdump -i any`, for each direction"
+        )
     if len(tot.interfaces) > 1:
         warn.append(
             f"frames of {len(tot.interfaces)} interfaces (a `-i any` capture) are summed: "

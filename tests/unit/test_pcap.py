@@ -1165,6 +1165,14 @@ def _ref_analyse(buf: bytes, recs: _RefRecords) -> Capture:
             "two hosts only: which MAC is the capturing host's is a guess, so tx and rx may be "
             "swapped (a cooked capture, `tcpdump -i any`, records the direction)"
         )
+    if srcs and local is None and not any(k >= 0 for k in pkttypes):
+        warn.append(
+            f"the frames carry no direction (link type {recs.link_type}: no Ethernet MAC, no "
+            "cooked-capture packet type), so all are counted as received: where both "
+            "directions were captured, B and the rx bytes are their sum, up to twice one "
+            "direction's (an InfiniBand capture from ibdump is such a file); capture on the "
+            "Ethernet/RoCE interface, or with `tcpdump -i any`, for each direction"
+        )
     if len(interfaces) > 1:
         warn.append(
             f"frames of {len(interfaces)} interfaces (a `-i any` capture) are summed: traffic "
@@ -1762,6 +1770,34 @@ def test_cooked_v2_capture_of_several_interfaces_warns_of_double_counting() -> N
     cap = parse_capture(pcap_bytes([(i, f, len(f)) for i, f in enumerate(frames)], linktype=276))
     assert cap.is_tx.tolist() == [True, True]
     assert any("2 interfaces" in w and "counted on each" in w for w in cap.stats.warnings)
+
+
+def _ib_frame(slid: int, dlid: int, size: int = 2076) -> bytes:
+    """An InfiniBand RC RDMA WRITE packet as ibdump and DLT_INFINIBAND record it: LRH (LNH 2,
+    a local route: BTH next), BTH, payload."""
+    lrh = struct.pack(">BBHHH", 0x00, 0x02, dlid, size // 4, slid)
+    bth = struct.pack(">BBHII", 0x0A, 0, 0xFFFF, 0x11, 7)
+    return lrh + bth + bytes(size - len(lrh) - len(bth))
+
+
+def test_a_capture_without_direction_says_that_both_are_counted_as_received() -> None:
+    """An InfiniBand capture holds both directions with no MAC and no packet type: every
+    frame is counted as received, so a bidirectional collective's B reads as the sum of the
+    two. Said, not silently doubled; an Ethernet capture of the same exchange has no such
+    warning."""
+    frames = [_ib_frame(3, 1), _ib_frame(1, 3)] * 3
+    cap = parse_capture(pcap_bytes([(i, f[:64], len(f)) for i, f in enumerate(frames)],
+                                   linktype=247))  # fmt: skip
+    assert not cap.is_tx.any()
+    assert cap.stats.bytes == 6 * 2076
+    (warning,) = [w for w in cap.stats.warnings if "carry no direction" in w]
+    assert "link type 247" in warning
+    assert "twice" in warning
+
+    ours, peer = "02:00:00:00:00:01", "02:00:00:00:00:02"
+    eth = [bytes(Ether(src=a, dst=b) / roce4()[IP]) for a, b in ((ours, peer), (peer, ours))]
+    cap = parse_capture(pcap_bytes([(i, f, len(f)) for i, f in enumerate(eth * 3)]))
+    assert not any("carry no direction" in w for w in cap.stats.warnings)
 
 
 def test_gzip_compressed_capture_reads_as_the_plain_one(tmp_path: Path) -> None:

@@ -1059,6 +1059,7 @@ def _held(
     fills most of its window with regular bursts.
     """
     end_s = t0 + pyramid[0].samples.size * pyramid[0].dt
+    steady: tuple[int, PyramidLevel, EdgeTiming] | None = None
     for level, lv, timing in _one_burst_levels(pyramid, expected_s, t0):
         if (
             timing.regular_fraction < cfg.min_regular_fraction
@@ -1067,20 +1068,19 @@ def _held(
             or abs(timing.period_s / expected_s - 1.0) > cfg.hold_tolerance
             or _all_interval_cv(timing.rising_s, expected_s) > cfg.hold_max_cv
         ):
+            if steady is None and _steady_hold(timing, expected_s, cfg):
+                steady = level, lv, replace(timing, period_s=timing.step_period_s)
             continue
         if end_s - float(timing.rising_s[-1]) > 2.0 * expected_s:
             return None  # the job's last burst is behind it: the bursts are history
         return _edge_detection(level, lv, timing, prepared[level])
     near = _near_candidate(expected_s, detections, cfg, comb=cfg.comb_min, z=cfg.rescue_z_min)
-    if near is not None:
+    if near is not None or steady is None:
         return near
-    for level, lv, timing in _one_burst_levels(pyramid, expected_s, t0):
-        if _steady_hold(timing, expected_s, cfg):
-            if end_s - float(timing.rising_s[-1]) > 2.0 * expected_s:
-                return None
-            steps = replace(timing, period_s=timing.step_period_s)
-            return _edge_detection(level, lv, steps, prepared[level])
-    return None
+    level, lv, timing = steady
+    if end_s - float(timing.rising_s[-1]) > 2.0 * expected_s:
+        return None
+    return _edge_detection(level, lv, timing, prepared[level])
 
 
 def _edge_detection(
@@ -1111,11 +1111,18 @@ def _steady_hold(timing: EdgeTiming, expected_s: float, cfg: DetectorSettings) -
     spread their sizes 0.5 and more, while every step of a training job moves the same bytes.
     """
     return (
-        timing.rising_s.size - 1 >= cfg.steady_min_steps
+        _equal_steps(timing, cfg)
         and timing.step_cv <= cfg.hold_steady_cv
+        and abs(timing.step_period_s / expected_s - 1.0) <= cfg.hold_tolerance
+    )
+
+
+def _equal_steps(timing: EdgeTiming, cfg: DetectorSettings) -> bool:
+    """Enough main bursts, all of one size, none missing: what makes them a job's steps."""
+    return (
+        timing.rising_s.size - 1 >= cfg.steady_min_steps
         and timing.mass_cv <= cfg.steady_mass_cv
         and timing.longest_step <= cfg.steady_longest_step
-        and abs(timing.step_period_s / expected_s - 1.0) <= cfg.hold_tolerance
     )
 
 
@@ -1126,19 +1133,14 @@ def _steady(timing: EdgeTiming, cfg: DetectorSettings) -> bool:
     the NSDF's lag leans towards the commonest step, while T means the mean step: the edges
     count the steps.
     """
-    steps = timing.rising_s.size - 1
-    if steps < cfg.steady_min_steps:
+    if not _equal_steps(timing, cfg):
         return False
     # The spread is itself measured, with a standard error of about cv / √(2n): a margin of
     # 0.75 of it keeps equal-size bursts at random intervals of CV 0.3 to 2.5 % of 30 s
     # windows (5 % without it; 0 at CV 0.35 and 0.5), while a job of 20 % spread still locks
     # on its first ten steps (a margin of 1.5 of it delayed that to 20 s).
-    margin = 1.0 + 0.75 / math.sqrt(2.0 * steps)
-    return (
-        timing.step_cv * margin <= cfg.max_interval_cv
-        and timing.mass_cv <= cfg.steady_mass_cv
-        and timing.longest_step <= cfg.steady_longest_step
-    )
+    margin = 1.0 + 0.75 / math.sqrt(2.0 * (timing.rising_s.size - 1))
+    return timing.step_cv * margin <= cfg.max_interval_cv
 
 
 def _steady_steps(

@@ -431,6 +431,11 @@ def _add_record(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
             "Stops after --duration or on Ctrl-C."
         ),
     )
+    p.add_argument(
+        "--compress",
+        action="store_true",
+        help="gzip every file (.gz added to its name; analyze reads it as it is)",
+    )
     p.add_argument("--config", type=Path, required=True, metavar="FILE", help="TOML configuration")
     p.add_argument("--out", type=Path, required=True, metavar="DIR", help="output directory")
     p.add_argument(
@@ -648,7 +653,7 @@ def _cmd_record(args: argparse.Namespace) -> int:
     from agent.record import record
 
     config = load_config(args.config)
-    rows = asyncio.run(record(config, args.out, args.duration))
+    rows = asyncio.run(record(config, args.out, args.duration, compress=args.compress))
     summary = ", ".join(f"{name}: {n} rows" for name, n in sorted(rows.items())) or "nothing"
     print(f"recorded into {args.out}: {summary}")
     return 0

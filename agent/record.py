@@ -11,12 +11,16 @@ A user can record a job on the host where it runs and send the files to whoever 
 * ``nccl.log`` — the NCCL lines as written, from every tailed file.
 
 Times are wall-clock seconds (POSIX), so the files line up with NCCL's own timestamps.
+With ``compress`` every file is gzip-compressed (``.gz`` added to its name): a 100 Hz
+recording of an hour is about 5x smaller, and ``analyze`` reads it as it is. A recording cut
+by a crash keeps all but its cut last line.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import gzip
 import logging
 import signal
 import time
@@ -38,9 +42,10 @@ log = logging.getLogger(__name__)
 class Recorder:
     """Writes readings to the contract files as they arrive."""
 
-    def __init__(self, out: Path, *, wall_offset: float) -> None:
+    def __init__(self, out: Path, *, wall_offset: float, compress: bool = False) -> None:
         self._out = out
         self._offset = wall_offset  # wall = monotonic + offset
+        self._suffix = ".gz" if compress else ""
         self._files: dict[str, IO[str]] = {}
         self._columns: dict[str, list[str]] = {}
         self._gpu_signals: tuple[str, ...] | None = None
@@ -50,7 +55,12 @@ class Recorder:
     def _open(self, name: str) -> IO[str]:
         fh = self._files.get(name)
         if fh is None:
-            fh = self._files[name] = (self._out / name).open("w", encoding="utf-8")
+            path = self._out / name
+            if self._suffix:  # open until close(), as the plain files are
+                fh = gzip.open(path, "wt", encoding="utf-8", compresslevel=6)  # noqa: SIM115
+            else:
+                fh = path.open("w", encoding="utf-8")
+            self._files[name] = fh
         return fh
 
     def _warn_once(self, key: str, message: str) -> None:
@@ -67,7 +77,7 @@ class Recorder:
         if isinstance(reading, CounterReading | GpuReading):
             t = f"{reading.time_s + self._offset:.6f}"
         if isinstance(reading, CounterReading):
-            name = f"counters_{source}.csv"
+            name = f"counters_{source}.csv{self._suffix}"
             fh = self._open(name)
             columns = self._columns.get(name)
             if columns is None:
@@ -80,7 +90,7 @@ class Recorder:
             cells = [str(reading.values[c]) if c in reading.values else "" for c in columns]
             fh.write(t + "," + ",".join(cells) + "\n")
         elif isinstance(reading, GpuReading):
-            name = "gpu.csv"
+            name = f"gpu.csv{self._suffix}"
             fh = self._open(name)
             if self._gpu_signals is None:
                 self._gpu_signals = tuple(sorted(reading.signals))
@@ -92,7 +102,7 @@ class Recorder:
                 values.append("" if v is None else f"{v * 100:.1f}" if s == "util" else f"{v:.4f}")
             fh.write(f"{t},{reading.gpu}," + ",".join(values) + "\n")
         elif isinstance(reading, LogLine):
-            name = "nccl.log"
+            name = f"nccl.log{self._suffix}"
             self._open(name).write(reading.text + "\n")
         else:
             return
@@ -112,15 +122,20 @@ async def _run_source(source: Source, recorder: Recorder) -> None:
         log.warning("source %s: %s (not recorded)", source.name, exc)
 
 
-async def record(config: Config, out: Path, duration_s: float) -> dict[str, int]:
-    """Record the configured sources into ``out`` for ``duration_s`` (or until SIGINT)."""
+async def record(
+    config: Config, out: Path, duration_s: float, *, compress: bool = False
+) -> dict[str, int]:
+    """Record the configured sources into ``out`` for ``duration_s`` (or until SIGINT).
+
+    ``compress`` gzips every file. Returns the rows written per file name.
+    """
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise ConfigError(f"cannot create output directory {out}: {exc.strerror}") from None
     clock = MonotonicClock()
     sources = build_sources(config, clock=clock, sampler=Sampler(clock), raw_lines=True)
-    recorder = Recorder(out, wall_offset=time.time() - clock.now())
+    recorder = Recorder(out, wall_offset=time.time() - clock.now(), compress=compress)
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):

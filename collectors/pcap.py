@@ -26,6 +26,9 @@ Rules that matter (``shared/DESIGN.md``, pcap row):
   cut by the snaplen leaves the frame a RoCE frame, with no syndrome.
 * Up to two VLAN tags (802.1Q 0x8100, QinQ 0x88a8 / 0x9100), IPv4 (with options) and IPv6 (with
   hop-by-hop, routing, fragment, destination-options and AH extension headers).
+* InfiniBand (link type 247, or ibdump's ERF records, 197): only the local route header is
+  read, for its source and destination LIDs, which stand for the MACs in telling the host's
+  frames from its peers'; the transport headers are not decoded.
 * RC ACK round-trip latency (``CaptureStats.ack_latency_s``): an ACK's BTH PSN is that of the
   last request it acknowledges (ACKs coalesce), so each ACK is matched with the RC request of
   that PSN on the reverse address pair, the latest one at or before the ACK (a retransmission's
@@ -106,6 +109,16 @@ LINKTYPE_LINUX_SLL = 113
 LINKTYPE_IPV4 = 228
 LINKTYPE_IPV6 = 229
 LINKTYPE_LINUX_SLL2 = 276
+#: InfiniBand packets from the local route header (LRH) on, and ERF records (ibdump -w with
+#: its default ERF header): headers past the LRH are not decoded, its local identifiers (LIDs)
+#: stand for the MACs, so the two directions of an InfiniBand capture are told apart.
+LINKTYPE_ERF = 197
+LINKTYPE_INFINIBAND = 247
+#: ERF record types (ERF_TYPE_* in Wireshark's wiretap/erf_record.h) that hold an InfiniBand
+#: packet from its LRH; the type byte's top bit says extension headers follow the 16 bytes.
+_ERF_TYPES_IB = frozenset((21, 25))
+_ERF_MAX_EXT = 8  # extension headers followed (8 bytes each); more: the frame is not read
+_LINKTYPES_IB = frozenset((LINKTYPE_ERF, LINKTYPE_INFINIBAND))
 
 #: sll_pkttype of a frame the host sent (<linux/if_packet.h>); received ones are 0-3.
 PACKET_OUTGOING = 4
@@ -856,6 +869,14 @@ def _decode_rows(
             np.where(typed & (pkttype <= 127), pkttype, 255).astype(np.uint8).view(np.int8)
         )
         ok = c >= p0
+    elif lt in (LINKTYPE_INFINIBAND, LINKTYPE_ERF):
+        lrh, has_lrh = _ib_lrh(g, o, c, lt)
+        cols["has_src_mac"] = has_lrh
+        cols["has_dst_mac"] = has_lrh.copy()
+        cols["src_mac"] = np.where(has_lrh, lrh & np.uint64(0xFFFF), np.uint64(0))
+        dlid = (lrh >> np.uint64(32)) & np.uint64(0xFFFF)
+        cols["dst_mac"] = np.where(has_lrh, dlid, np.uint64(0))
+        return cols
     elif lt in (LINKTYPE_RAW, LINKTYPE_IPV4, LINKTYPE_IPV6):
         version = g.u8(o) >> np.uint64(4)
         ok = (c >= 1) & ((version == 4) | (version == 6))
@@ -987,6 +1008,29 @@ def _decode_rows(
         cols["has_src_mac"] = has_src
         cols["src_mac"] = np.where(has_src, src, np.uint64(0))
     return cols
+
+
+def _ib_lrh(g: _Gather, o: _I64, c: _I64, lt: int) -> tuple[_U64, _Bool]:
+    """The 8 LRH bytes of InfiniBand frames (DLID in bits 47..32, SLID in 15..0).
+
+    Also where they were captured whole; for ERF records they follow the ERF header and its
+    extension headers.
+    """
+    if lt == LINKTYPE_INFINIBAND:
+        return g.be64(o), c >= 8
+    kind = g.u8(o + 8)
+    ok = (c >= 16) & np.isin(kind & np.uint64(0x7F), list(_ERF_TYPES_IB))
+    at = o + 16
+    more = (kind & np.uint64(0x80)) != 0
+    for _ in range(_ERF_MAX_EXT):
+        ok &= ~more | (c >= at - o + 8)
+        step = more & ok
+        if not step.any():
+            break
+        more = step & ((g.u8(at) & np.uint64(0x80)) != 0)
+        at = at + 8 * step
+    ok &= ~more & (c >= at - o + 8)
+    return g.be64(at), ok
 
 
 def _hash_words(words: Sequence[_U64]) -> _U64:
@@ -2074,8 +2118,8 @@ def _analyse(buf: _Buf, chunks: Iterable[_Chunk], meta: _Meta) -> Capture:
             f"the frames carry no direction (link type {meta.link_type}: no Ethernet MAC, no "
             "cooked-capture packet type), so all are counted as received: where both "
             "directions were captured, B and the rx bytes are their sum, up to twice one "
-            "direction's (an InfiniBand capture from ibdump is such a file); capture on the "
-            "Ethernet/RoCE interface, or with `tcpdump -i any`, for each direction"
+            "direction's; capture on the Ethernet/RoCE interface, or with `tcpdump -i any`, "
+            "for each direction"
         )
     if len(tot.interfaces) > 1:
         warn.append(
@@ -2083,7 +2127,13 @@ def _analyse(buf: _Buf, chunks: Iterable[_Chunk], meta: _Meta) -> Capture:
             "traffic that crosses a bridge, a bond or a tunnel is counted on each interface it "
             "crosses; capture on the physical NICs for B and D"
         )
-    if tot.skipped:
+    if tot.skipped and meta.link_type in _LINKTYPES_IB:
+        warn.append(
+            f"{tot.skipped} InfiniBand frames: only their local route header is read (the "
+            "direction, by LID); their transport headers are not decoded, so no QP, CNP or "
+            "ACK counts"
+        )
+    elif tot.skipped:
         warn.append(
             f"{tot.skipped} frames could not be decoded (runt, unsupported link type, or a "
             "header cut by the snaplen); they count in packets and bytes only"
@@ -2102,7 +2152,8 @@ def _analyse(buf: _Buf, chunks: Iterable[_Chunk], meta: _Meta) -> Capture:
         first_time_s=None if first is None else first // _NS + (first % _NS) / 1e9,
         last_time_s=None if last is None else last // _NS + (last % _NS) / 1e9,
         link_type=meta.link_type,
-        local_mac=None if local is None else _mac_text(local),
+        # (an InfiniBand capture's "MAC" is a LID: it tells the direction and is not shown)
+        local_mac=None if local is None or meta.link_type in _LINKTYPES_IB else _mac_text(local),
         warnings=tuple(warn),
         roce_acks=tot.acks,
         roce_naks=tot.naks,

@@ -394,7 +394,10 @@ def test_decode_other_link_types() -> None:
 
 
 @settings(max_examples=300, deadline=None)
-@given(buf=st.binary(max_size=128), link_type=st.sampled_from([1, 101, 113, 228, 229, 276, 0]))
+@given(
+    buf=st.binary(max_size=128),
+    link_type=st.sampled_from([1, 101, 113, 228, 229, 276, 197, 247, 0]),
+)
 def test_decode_never_raises(buf: bytes, link_type: int) -> None:
     decode_frame(buf, link_type)
 
@@ -1112,9 +1115,13 @@ def _ref_analyse(buf: bytes, recs: _RefRecords) -> Capture:
         r = pcap_mod._decode(buf, off, off + caplen, lt)
         if r is None:
             skipped += 1
+            lrh = _ref_lrh(buf, off, caplen, lt)
             if lt == 1 and caplen >= 12:
                 dsts.append(bytes(buf[off : off + 6]))
                 srcs.append(bytes(buf[off + 6 : off + 12]))
+            elif lrh is not None:  # LIDs, as 48-bit numbers like the MACs
+                dsts.append(bytes(4) + lrh[2:4])
+                srcs.append(bytes(4) + lrh[6:8])
             else:
                 dsts.append(b"")
                 srcs.append(b"")
@@ -1170,8 +1177,8 @@ def _ref_analyse(buf: bytes, recs: _RefRecords) -> Capture:
             f"the frames carry no direction (link type {recs.link_type}: no Ethernet MAC, no "
             "cooked-capture packet type), so all are counted as received: where both "
             "directions were captured, B and the rx bytes are their sum, up to twice one "
-            "direction's (an InfiniBand capture from ibdump is such a file); capture on the "
-            "Ethernet/RoCE interface, or with `tcpdump -i any`, for each direction"
+            "direction's; capture on the Ethernet/RoCE interface, or with `tcpdump -i any`, "
+            "for each direction"
         )
     if len(interfaces) > 1:
         warn.append(
@@ -1179,7 +1186,14 @@ def _ref_analyse(buf: bytes, recs: _RefRecords) -> Capture:
             "that crosses a bridge, a bond or a tunnel is counted on each interface it crosses; "
             "capture on the physical NICs for B and D"
         )
-    if skipped:
+    infiniband = recs.link_type in (197, 247)
+    if skipped and infiniband:
+        warn.append(
+            f"{skipped} InfiniBand frames: only their local route header is read (the "
+            "direction, by LID); their transport headers are not decoded, so no QP, CNP or "
+            "ACK counts"
+        )
+    elif skipped:
         warn.append(
             f"{skipped} frames could not be decoded (runt, unsupported link type, or a header "
             "cut by the snaplen); they count in packets and bytes only"
@@ -1192,7 +1206,7 @@ def _ref_analyse(buf: bytes, recs: _RefRecords) -> Capture:
         first_time_s=None if first is None else first // ns + (first % ns) / 1e9,
         last_time_s=None if last is None else last // ns + (last % ns) / 1e9,
         link_type=recs.link_type,
-        local_mac=None if local is None else ":".join(f"{b:02x}" for b in local),
+        local_mac=None if local is None or infiniband else ":".join(f"{b:02x}" for b in local),
         warnings=tuple(warn), roce_acks=acks, roce_naks=naks, roce_seq_naks=seq_naks,
         ack_latency_s=ack[0], ack_latency_local_requester_s=ack[1],
         ack_latency_remote_requester_s=ack[2],
@@ -1226,6 +1240,21 @@ def _ref_ack_latency(
         return pcap_mod.AckLatency(p50 / 1e9, p90 / 1e9, p99 / 1e9, len(lat))
 
     return pct(None), pct(1), pct(0)
+
+
+def _ref_lrh(buf: bytes, off: int, cap: int, lt: int) -> bytes | None:
+    """The LRH of an InfiniBand frame (DLT 247) or ERF record of type 21/25 (DLT 197)."""
+    if lt == 247:
+        return bytes(buf[off : off + 8]) if cap >= 8 else None
+    if lt != 197 or cap < 16 or buf[off + 8] & 0x7F not in (21, 25):
+        return None
+    at, more, ext = 16, buf[off + 8] & 0x80, 0
+    while more:
+        if ext == 8 or cap < at + 8:
+            return None  # too many extension headers, or one cut
+        more = buf[off + at] & 0x80
+        at, ext = at + 8, ext + 1
+    return bytes(buf[off + at : off + at + 8]) if cap >= at + 8 else None
 
 
 def ref_parse(data: bytes) -> Capture:
@@ -1356,6 +1385,20 @@ def frame_bytes(draw: st.DrawFn, link_type: int) -> bytes:
     """A frame of that link type: valid, malformed, or random bytes."""
     if draw(st.integers(0, 19)) == 0:
         return draw(st.binary(max_size=40))
+    if link_type in (197, 247):
+        lids = st.sampled_from([1, 3, 0x0103, 0xC001, 0xFFFF])
+        lrh = struct.pack(">BBHHH", 0, draw(st.integers(0, 3)), draw(lids), 0x200, draw(lids))
+        frame = lrh + draw(st.binary(max_size=24))
+        if link_type == 247:
+            return frame
+        kind = draw(st.sampled_from([21, 25, 21 | 0x80, 25 | 0x80, 2, 0]))
+        ext = b""
+        if kind & 0x80:
+            n = draw(st.sampled_from([1, 2, 9]))
+            ext = b"".join(bytes([0x80 if i < n - 1 else 0x01]) + bytes(7) for i in range(n))
+        return (
+            bytes(8) + struct.pack(">BBHHH", kind, 4, 16 + len(frame), 0, len(frame)) + ext + frame
+        )
     et, l3 = draw(l3_bytes())
     if link_type in (101, 228, 229):
         return l3
@@ -1393,7 +1436,7 @@ def records(draw: st.DrawFn, link_type: int) -> list[tuple[bytes, int]]:
     return out
 
 
-LINK_TYPES = [1, 1, 1, 113, 276, 101, 228, 229, 147]
+LINK_TYPES = [1, 1, 1, 113, 276, 101, 228, 229, 147, 247, 197]
 
 
 @settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -1773,25 +1816,55 @@ def test_cooked_v2_capture_of_several_interfaces_warns_of_double_counting() -> N
 
 
 def _ib_frame(slid: int, dlid: int, size: int = 2076) -> bytes:
-    """An InfiniBand RC RDMA WRITE packet as ibdump and DLT_INFINIBAND record it: LRH (LNH 2,
-    a local route: BTH next), BTH, payload."""
+    """An InfiniBand RC RDMA WRITE packet as DLT_INFINIBAND records it: LRH (LNH 2, a local
+    route: BTH next), BTH, payload."""
     lrh = struct.pack(">BBHHH", 0x00, 0x02, dlid, size // 4, slid)
     bth = struct.pack(">BBHII", 0x0A, 0, 0xFFFF, 0x11, 7)
     return lrh + bth + bytes(size - len(lrh) - len(bth))
 
 
+def _erf(packet: bytes, *, extensions: int = 0) -> bytes:
+    """The packet behind an ERF header of type INFINIBAND (21), as ibdump writes it by
+    default, with ``extensions`` 8-byte extension headers (the type's top bit, then each
+    header's, says another follows)."""
+    kind = 21 | (0x80 if extensions else 0)
+    ext = b"".join(bytes([0x80 if i < extensions - 1 else 0x01]) + bytes(7)
+                   for i in range(extensions))  # fmt: skip
+    head = bytes(8) + struct.pack(">BBHHH", kind, 4, 16 + len(ext) + len(packet), 0, len(packet))
+    return head + ext + packet
+
+
+@pytest.mark.parametrize("erf_extensions", [None, 0, 2])
+def test_an_infiniband_capture_tells_the_directions_apart_by_lid(
+    erf_extensions: int | None,
+) -> None:
+    """ibdump records both directions of a port; the LRH's source LID says which frames the
+    host sent (the LID seen most, as for MACs). Before, every frame was "received", so a
+    bidirectional collective read B at the sum of both directions."""
+    ours, peer, third = 3, 1, 9
+    frames = [_ib_frame(ours, peer), _ib_frame(peer, ours), _ib_frame(ours, third)] * 4
+    if erf_extensions is not None:
+        frames = [_erf(f, extensions=erf_extensions) for f in frames]
+    linktype = 247 if erf_extensions is None else 197
+    cut = 64 if erf_extensions is None else 120
+    cap = parse_capture(pcap_bytes([(i, f[:cut], len(f)) for i, f in enumerate(frames)],
+                                   linktype=linktype))  # fmt: skip
+    assert cap.is_tx.tolist() == [True, False, True] * 4
+    assert cap.stats.local_mac is None  # a LID, not a MAC
+    assert cap.stats.skipped_records == 12
+    assert any("only their local route header is read" in w for w in cap.stats.warnings)
+    assert not any("carry no direction" in w for w in cap.stats.warnings)
+
+
 def test_a_capture_without_direction_says_that_both_are_counted_as_received() -> None:
-    """An InfiniBand capture holds both directions with no MAC and no packet type: every
-    frame is counted as received, so a bidirectional collective's B reads as the sum of the
-    two. Said, not silently doubled; an Ethernet capture of the same exchange has no such
-    warning."""
-    frames = [_ib_frame(3, 1), _ib_frame(1, 3)] * 3
-    cap = parse_capture(pcap_bytes([(i, f[:64], len(f)) for i, f in enumerate(frames)],
-                                   linktype=247))  # fmt: skip
+    """A raw-IP capture (no MAC, no packet type) of both directions: every frame is counted
+    as received, so B reads as the sum of the two. Said, not silently doubled; an Ethernet
+    capture of the same exchange has no such warning."""
+    ip = bytes(roce4()[IP])
+    cap = parse_capture(pcap_bytes([(i, ip, len(ip)) for i in range(6)], linktype=101))
     assert not cap.is_tx.any()
-    assert cap.stats.bytes == 6 * 2076
     (warning,) = [w for w in cap.stats.warnings if "carry no direction" in w]
-    assert "link type 247" in warning
+    assert "link type 101" in warning
     assert "twice" in warning
 
     ours, peer = "02:00:00:00:00:01", "02:00:00:00:00:02"

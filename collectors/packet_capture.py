@@ -153,7 +153,13 @@ class CaptureConfig:
     sample_every: int = doc(1, "Keep one frame in N, chosen at random in the kernel (1 = all).")
     bin_s: float = doc(0.01, "Width of the byte bins fed to the estimator, seconds.")
     ring_mib: int = doc(16, "Receive ring per interface, MiB (kernel memory, 1 MiB blocks).")
-    block_timeout_ms: int = doc(10, "A partly filled ring block is handed over after this.")
+    block_timeout_ms: int = doc(
+        50,
+        "A partly filled ring block is handed over after this. The ring holds ring_mib blocks "
+        "of 1 MiB, so at a low packet rate the capture thread may be starved for "
+        "ring_mib x this long before the kernel drops frames (10 ms dropped frames on a host "
+        "3x oversubscribed); bins reach the estimator 2x this later.",
+    )
     flow_window_s: float = doc(10.0, "Distinct flows and queue pairs are counted over this.")
     sysfs_root: Path = doc(Path("/sys"), "Root of sysfs (link speed of the interfaces).")
 

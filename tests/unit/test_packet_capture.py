@@ -465,7 +465,7 @@ def test_worker_bins_ring_blocks_on_the_agent_clock(monkeypatch: pytest.MonkeyPa
     worker.drain()
     assert ring._next == 3
     assert ring.map[8] == 0  # every block handed back to the kernel
-    clock.advance(0.05)
+    clock.advance(0.2)  # past the hand-over delay (2 block timeouts + 20 ms)
     worker._slow(clock.now())
     readings = worker.close_bins(clock.now())
     assert all(isinstance(r, CounterReading) for r in readings)

@@ -11,8 +11,8 @@ A user can record a job on the host where it runs and send the files to whoever 
 * ``nccl.log`` — the NCCL lines as written, from every tailed file.
 
 Times are wall-clock seconds (POSIX), so the files line up with NCCL's own timestamps.
-With ``compress`` every file is gzip-compressed (``.gz`` added to its name): a 100 Hz
-recording of an hour is about 5x smaller, and ``analyze`` reads it as it is. A recording cut
+With ``compress`` every file is gzip-compressed (``.gz`` added to its name): 100 Hz counter
+recordings of real jobs shrank 3.8-4.8x, and ``analyze`` reads them as they are. A recording cut
 by a crash keeps all but its cut last line.
 """
 

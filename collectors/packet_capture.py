@@ -157,8 +157,8 @@ class CaptureConfig:
         50,
         "A partly filled ring block is handed over after this. The ring holds ring_mib blocks "
         "of 1 MiB, so at a low packet rate the capture thread may be starved for "
-        "ring_mib x this long before the kernel drops frames (10 ms dropped frames on a host "
-        "3x oversubscribed); bins reach the estimator 2x this later.",
+        "ring_mib x this long before the kernel drops frames (at 10 ms it dropped some on a "
+        "3x oversubscribed host); bins reach the estimator 2x this later.",
     )
     flow_window_s: float = doc(10.0, "Distinct flows and queue pairs are counted over this.")
     sysfs_root: Path = doc(Path("/sys"), "Root of sysfs (link speed of the interfaces).")

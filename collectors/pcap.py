@@ -28,7 +28,8 @@ Rules that matter (``shared/DESIGN.md``, pcap row):
   hop-by-hop, routing, fragment, destination-options and AH extension headers).
 * InfiniBand (link type 247, or ibdump's ERF records, 197): only the local route header is
   read, for its source and destination LIDs, which stand for the MACs in telling the host's
-  frames from its peers'; the transport headers are not decoded.
+  frames from its peers'; the transport headers are not decoded. ibdump counts its ERF header
+  in each record's original length; it is taken off, as it never was on the wire.
 * RC ACK round-trip latency (``CaptureStats.ack_latency_s``): an ACK's BTH PSN is that of the
   last request it acknowledges (ACKs coalesce), so each ACK is matched with the RC request of
   that PSN on the reverse address pair, the latest one at or before the ACK (a retransmission's
@@ -1010,16 +1011,14 @@ def _decode_rows(
     return cols
 
 
-def _ib_lrh(g: _Gather, o: _I64, c: _I64, lt: int) -> tuple[_U64, _Bool]:
-    """The 8 LRH bytes of InfiniBand frames (DLID in bits 47..32, SLID in 15..0).
+def _erf_payload(g: _Gather, o: _I64, c: _I64) -> tuple[_I64, _Bool]:
+    """Where the packet of each ERF record starts, and whether all its headers were captured.
 
-    Also where they were captured whole; for ERF records they follow the ERF header and its
-    extension headers.
+    The packet follows the 16-byte header and its 8-byte extension headers: the type byte's
+    top bit, then each extension's, says another follows.
     """
-    if lt == LINKTYPE_INFINIBAND:
-        return g.be64(o), c >= 8
     kind = g.u8(o + 8)
-    ok = (c >= 16) & np.isin(kind & np.uint64(0x7F), list(_ERF_TYPES_IB))
+    ok = c >= 16
     at = o + 16
     more = (kind & np.uint64(0x80)) != 0
     for _ in range(_ERF_MAX_EXT):
@@ -1029,8 +1028,39 @@ def _ib_lrh(g: _Gather, o: _I64, c: _I64, lt: int) -> tuple[_U64, _Bool]:
             break
         more = step & ((g.u8(at) & np.uint64(0x80)) != 0)
         at = at + 8 * step
-    ok &= ~more & (c >= at - o + 8)
+    return at, ok & ~more
+
+
+def _ib_lrh(g: _Gather, o: _I64, c: _I64, lt: int) -> tuple[_U64, _Bool]:
+    """The 8 LRH bytes of InfiniBand frames (DLID in bits 47..32, SLID in 15..0).
+
+    Also where they were captured whole; for ERF records they follow the ERF header and its
+    extension headers, in records of an InfiniBand type.
+    """
+    if lt == LINKTYPE_INFINIBAND:
+        return g.be64(o), c >= 8
+    at, ok = _erf_payload(g, o, c)
+    ok &= np.isin(g.u8(o + 8) & np.uint64(0x7F), list(_ERF_TYPES_IB)) & (c >= at - o + 8)
     return g.be64(at), ok
+
+
+def _without_erf_headers(g: _Gather, chunk: _Chunk, link_type: int) -> _I64:
+    """Original lengths less the ERF headers, which ibdump counts in them.
+
+    Those headers never were on the wire. Other link types, and records whose headers were
+    cut, keep their lengths.
+    """
+    erf = (chunk.lts == LINKTYPE_ERF) if chunk.lts is not None else None
+    if erf is None and link_type != LINKTYPE_ERF:
+        return chunk.origs
+    rows = np.flatnonzero(erf) if erf is not None else np.arange(chunk.origs.size)
+    if rows.size == 0:
+        return chunk.origs
+    o, c = chunk.offs[rows], chunk.caps[rows]
+    at, ok = _erf_payload(g, o, c)
+    origs = chunk.origs.copy()
+    origs[rows] = np.where(ok, np.maximum(origs[rows] - (at - o), 0), origs[rows])
+    return origs
 
 
 def _hash_words(words: Sequence[_U64]) -> _U64:
@@ -2058,7 +2088,7 @@ def _analyse(buf: _Buf, chunks: Iterable[_Chunk], meta: _Meta) -> Capture:
     for chunk in chunks:
         cols = _decode_chunk(g, buf, chunk, meta.link_type)
         matcher.add(cols, chunk.tns, chunk.timed)
-        origs = chunk.origs
+        origs = _without_erf_headers(g, chunk, meta.link_type)
         tot.packets += int(origs.size)
         tot.skipped += int(origs.size - np.count_nonzero(cols["decoded"]))
         tot.roce += int(np.count_nonzero(cols["roce"]))

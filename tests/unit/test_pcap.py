@@ -1165,7 +1165,15 @@ def _ref_analyse(buf: bytes, recs: _RefRecords) -> Capture:
     time_s[np.array([t is None for t in recs.tns], dtype=bool)] = np.nan
     first = min(timed) if timed else None
     last = max(timed) if timed else None
-    length = np.array(recs.origs, dtype=np.int64)
+    # ibdump counts its ERF header in the original length: it never was on the wire.
+    erf_heads = [
+        _ref_erf_header(buf, off, cap) if lt == 197 else None
+        for off, cap, lt in zip(recs.offs, recs.caps, lts, strict=True)
+    ]
+    length = np.array(
+        [o if h is None else max(o - h, 0) for o, h in zip(recs.origs, erf_heads, strict=True)],
+        dtype=np.int64,
+    )
     warn = list(recs.warn)
     if guessed and not all(k >= 0 for k in pkttypes):
         warn.append(
@@ -1242,19 +1250,28 @@ def _ref_ack_latency(
     return pct(None), pct(1), pct(0)
 
 
+def _ref_erf_header(buf: bytes, off: int, cap: int) -> int | None:
+    """The length of an ERF record's headers (16 + 8 per extension), None when cut or when
+    more than 8 extensions follow."""
+    if cap < 16:
+        return None
+    at, more, ext = 16, buf[off + 8] & 0x80, 0
+    while more:
+        if ext == 8 or cap < at + 8:
+            return None
+        more = buf[off + at] & 0x80
+        at, ext = at + 8, ext + 1
+    return at
+
+
 def _ref_lrh(buf: bytes, off: int, cap: int, lt: int) -> bytes | None:
     """The LRH of an InfiniBand frame (DLT 247) or ERF record of type 21/25 (DLT 197)."""
     if lt == 247:
         return bytes(buf[off : off + 8]) if cap >= 8 else None
     if lt != 197 or cap < 16 or buf[off + 8] & 0x7F not in (21, 25):
         return None
-    at, more, ext = 16, buf[off + 8] & 0x80, 0
-    while more:
-        if ext == 8 or cap < at + 8:
-            return None  # too many extension headers, or one cut
-        more = buf[off + at] & 0x80
-        at, ext = at + 8, ext + 1
-    return bytes(buf[off + at : off + at + 8]) if cap >= at + 8 else None
+    at = _ref_erf_header(buf, off, cap)
+    return bytes(buf[off + at : off + at + 8]) if at is not None and cap >= at + 8 else None
 
 
 def ref_parse(data: bytes) -> Capture:
@@ -1840,7 +1857,8 @@ def test_an_infiniband_capture_tells_the_directions_apart_by_lid(
 ) -> None:
     """ibdump records both directions of a port; the LRH's source LID says which frames the
     host sent (the LID seen most, as for MACs). Before, every frame was "received", so a
-    bidirectional collective read B at the sum of both directions."""
+    bidirectional collective read B at the sum of both directions, and each frame counted
+    ibdump's ERF header as wire bytes."""
     ours, peer, third = 3, 1, 9
     frames = [_ib_frame(ours, peer), _ib_frame(peer, ours), _ib_frame(ours, third)] * 4
     if erf_extensions is not None:
@@ -1850,6 +1868,8 @@ def test_an_infiniband_capture_tells_the_directions_apart_by_lid(
     cap = parse_capture(pcap_bytes([(i, f[:cut], len(f)) for i, f in enumerate(frames)],
                                    linktype=linktype))  # fmt: skip
     assert cap.is_tx.tolist() == [True, False, True] * 4
+    # the packets' own bytes: ibdump counts its ERF header in the original length
+    assert cap.stats.bytes == 12 * 2076
     assert cap.stats.local_mac is None  # a LID, not a MAC
     assert cap.stats.skipped_records == 12
     assert any("only their local route header is read" in w for w in cap.stats.warnings)

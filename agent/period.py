@@ -1058,7 +1058,7 @@ def _held(
     more than two locked periods before the window's end: a job that has just stopped still
     fills most of its window with regular bursts.
     """
-    end_s = t0 + pyramid[0].samples.size * pyramid[0].dt
+    chosen: tuple[int, PyramidLevel, EdgeTiming] | None = None
     steady: tuple[int, PyramidLevel, EdgeTiming] | None = None
     for level, lv, timing in _one_burst_levels(pyramid, expected_s, t0):
         if (
@@ -1071,15 +1071,17 @@ def _held(
             if steady is None and _steady_hold(timing, expected_s, cfg):
                 steady = level, lv, replace(timing, period_s=timing.step_period_s)
             continue
-        if end_s - float(timing.rising_s[-1]) > 2.0 * expected_s:
-            return None  # the job's last burst is behind it: the bursts are history
-        return _edge_detection(level, lv, timing, prepared[level])
-    near = _near_candidate(expected_s, detections, cfg, comb=cfg.comb_min, z=cfg.rescue_z_min)
-    if near is not None or steady is None:
-        return near
-    level, lv, timing = steady
+        chosen = level, lv, timing
+        break
+    if chosen is None:
+        near = _near_candidate(expected_s, detections, cfg, comb=cfg.comb_min, z=cfg.rescue_z_min)
+        if near is not None or steady is None:
+            return near
+        chosen = steady
+    level, lv, timing = chosen
+    end_s = t0 + pyramid[0].samples.size * pyramid[0].dt
     if end_s - float(timing.rising_s[-1]) > 2.0 * expected_s:
-        return None
+        return None  # the job's last burst is behind it: the bursts are history
     return _edge_detection(level, lv, timing, prepared[level])
 
 

@@ -1209,6 +1209,109 @@ def _near_candidate(
     return replace(max(near, key=lambda d: d.z), valid=True) if near else None
 
 
+#: NSDF height at which the finest level's rhythm inside a period counts as a train's spacing,
+#: once the NSDF has dipped under ``_INNER_DIP`` (between bursts, the traffic is unlike itself).
+_CLEAR_INNER_NSDF = 0.5
+_INNER_DIP = 0.2
+
+
+def _inner_spacing(lv: _Level | None, period_s: float, dt: float) -> float | None:
+    """The clearest rhythm of the finest level within a third of the period, if it is clear.
+
+    A window of a dozen steps can show the step itself on its finest level, and then the
+    walk reports no inner period though the step is a train of transfers (0.09 s apart,
+    NSDF 0.79 at that lag, on a real 1F1B pipeline job).
+    """
+    if lv is None:
+        return None
+    peaks = lv.peaks
+    hi = period_s / dt / 3.0
+    # Only past the NSDF's first dip: before it, a ripple on the main lobe is a local maximum
+    # too, and as high as the lobe (a square wave read an "inner rhythm" of two samples).
+    dips = np.flatnonzero(lv.r[1 : math.floor(hi) + 1] < _INNER_DIP) + 1
+    if dips.size == 0:
+        return None
+    best: int | None = None
+    for i in peaks.maxima:
+        if i > hi:
+            break
+        if i > dips[0] and (best is None or peaks.r[i] > peaks.r[best]):
+            best = i
+    if best is None or peaks.r[best] < _CLEAR_INNER_NSDF:
+        return None
+    return peaks.parabolic(best)[0] * dt
+
+
+#: An inner interval this many inner periods long or more is a gap between trains.
+_TRAIN_GAP = 1.3
+
+
+def _envelope_outer(
+    x: FloatArray, dt: float, found: LevelDetection, cfg: DetectorSettings
+) -> LevelDetection | None:
+    """A period of the trains of ``found``'s bursts, where no level separated it from them.
+
+    The walk above finds an outer period on a coarser level where the inner one no longer
+    shows; micro-batch transfers close to a level's Nyquist period leak through its
+    decimation as aliases (a real 1F1B job's 0.092 s transfers read 0.28 s and 0.08 s at
+    40 ms bins), and its 0.83 s step showed only 10-11 s into the job. Averaged over one
+    inner period (:func:`_train_level`), the inner rhythm is gone and the trains' envelope is
+    left: its period was valid 6.5 s into the same job. Sampling it at a quarter of the inner
+    period keeps the residue of an inexact average at its own frequency, far below the lags
+    looked for (three inner periods and up).
+
+    A steady rhythm leaves a residue too, and a periodic one: the edges of its bursts fall at
+    another phase within their polls in each cycle, and the pattern comes back after as many
+    cycles as it takes to make a whole number of polls (a 0.1013 s square wave at 200 Hz: a
+    1.92 s "envelope", 3-5 % deep, which the scale-free NSDF reads as clearly as a real one;
+    35 % deep for narrow bursts 5.3 polls apart). So the trains must be seen as trains: the
+    inner bursts' own edges must show a gap (an interval of ``_TRAIN_GAP`` inner periods or
+    more) in at least every other outer period.
+    """
+    trains = _train_level(x, dt, found.period_s)
+    if trains is None:
+        return None
+    step = max(1, round(found.period_s / dt) // 4)
+    envelope = trains.samples[::step][-cfg.level_samples :]
+    dt_env = dt * step
+    det = detect_level(
+        envelope,
+        dt_env,
+        level=found.level,
+        lag_lo=max(cfg.min_lag, math.ceil(3.0 * found.period_s / dt_env)),
+        settings=cfg,
+    )
+    if det is None or not det.valid or det.period_s > cfg.max_inner_ratio * found.period_s:
+        return None
+    bursts = edge_timing(x, dt, found.period_s)
+    if bursts is None or bursts.rising_s.size < 3:
+        return None
+    rising = bursts.rising_s
+    gaps = int(np.count_nonzero(np.diff(rising) >= _TRAIN_GAP * found.period_s))
+    outer_cycles = float(rising[-1] - rising[0]) / det.period_s
+    return det if gaps >= 0.5 * outer_cycles else None
+
+
+def _train_level(x: FloatArray, dt: float, inner_s: float) -> PyramidLevel | None:
+    """The series averaged over one inner period: each train of inner bursts as one burst.
+
+    A moving average over exactly one period of a rhythm is flat wherever the rhythm runs
+    (its comb of nulls sits on that period's frequency and harmonics), so a step's train of
+    micro-batch transfers or layer gathers becomes one plateau, and the gap between trains
+    stays a gap. The pyramid's coarser levels merge a train only once their bin spans its
+    gaps, often past 8 bins per step: a real 1F1B pipeline job's 0.76 s steps of eight 21 ms
+    transfers split into pieces at 40 ms bins (edges 0.52-0.58 s, and the live lock lost for
+    3-5 hops at a time), while its inner-period average timed the steps to 1 %. Sample i
+    averages the slots i to i + w - 1, so the series starts (w - 1)/2 slots late.
+    """
+    width = round(inner_s / dt)
+    if width < 2 or x.size < 4 * width:
+        return None
+    csum = np.concatenate(([0.0], np.cumsum(x)))
+    averaged = (csum[width:] - csum[:-width]) / width
+    return PyramidLevel(samples=averaged, dt=dt, start_s=0.5 * (width - 1) * dt)
+
+
 def _locked_outer(
     expected_s: float,
     detections: list[LevelDetection],
@@ -1316,6 +1419,10 @@ def estimate_period(
         if not _confirmed(pyramid[det.level - 1], det, cfg):
             continue
         inner, current = current, det
+    if inner is None:
+        outer = _envelope_outer(x, dt, current, cfg)
+        if outer is not None:
+            inner, current = current, outer
     if (
         expected_period_s is not None
         and inner is None
@@ -1349,9 +1456,14 @@ def estimate_period(
     irregular_method = "edges"
     weak_nsdf = max(d.comb for d in valid) < cfg.moderate_comb
     accepted: EdgeTiming | None = None
-    for level, lv in enumerate(pyramid):
-        if period / lv.dt < 8:
-            break
+    series = [(level, lv) for level, lv in enumerate(pyramid) if period / lv.dt >= 8]
+    # Trains of inner bursts, each read as one burst: first when the walk found the inner
+    # period; else last, when the finest level repeats clearly within the period.
+    spacing = inner.period_s if inner is not None else _inner_spacing(prepared[0], period, dt)
+    trains = _train_level(x, dt, spacing) if spacing is not None and series else None
+    if trains is not None:
+        series.insert(0 if inner is not None else len(series), (current.level, trains))
+    for level, lv in series:
         samples = lv.samples
         if untimed is not None and lv is pyramid[0] and untimed.size == samples.size:
             samples = np.where(untimed, np.nan, samples)

@@ -87,6 +87,52 @@ def test_layer_train_reports_the_step_and_the_layer_spacing() -> None:
     assert r.inner_period_s == pytest.approx(0.025, rel=0.02)
 
 
+def _one_f_one_b(seconds: float, seed: int) -> tuple[FloatArray, float]:
+    """A 1F1B pipeline stage polled at 100 Hz: per step, 8 transfers of 21 ms 0.09 s apart,
+    then 0.04 s more before the next step (0.76 s, 2 % jitter), with a little noise. The
+    0.09 s rhythm lies just beyond the 40 ms level's Nyquist period (0.08 s), so it leaks
+    through that level's decimation as aliases."""
+    rng = np.random.default_rng(seed)
+    rows, starts, t = [], [], 0.013
+    while t < seconds + 1.0:
+        starts.append(t)
+        for k in range(8):
+            rows.append((t + 0.09 * k, t + 0.09 * k + 0.021, 50e6))
+        t += 0.76 * (1.0 + 0.02 * rng.standard_normal())
+    x = sample_bursts(np.asarray(rows), 100, seconds)
+    s = np.asarray(starts)
+    return x + rng.normal(0.0, 0.5e6, x.size), float(np.diff(s[s < seconds]).mean())
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_1f1b_stage_reads_its_step_from_the_envelope_of_its_trains(seed: int) -> None:
+    """A dozen steps in the window: no level of the pyramid separated the step from the
+    micro-batch rhythm in half of these windows, and the rhythm alone was reported
+    (T = 0.09 s), which locked a live agent on it for 5-14 s of a real job. Averaged over one
+    inner period, the trains leave their envelope, whose period is the step; the trains' own
+    edges time it."""
+    x, step = _one_f_one_b(9.0, seed)
+    r = estimate_period(x, 0.01)
+    assert r.period_s == pytest.approx(step, rel=0.01)
+    assert r.inner_period_s == pytest.approx(0.09, rel=0.03)
+    assert r.method == "edges"
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize(("period", "duty", "fs"), [(0.1013, 0.4, 200), (0.0531, 0.2, 100)])
+def test_a_steady_rhythm_has_no_envelope_period(
+    period: float, duty: float, fs: float, seed: int
+) -> None:
+    """Square waves whose period is no whole number of polls: their average over one period
+    ripples with the poll phase (by 6 % and 35 % of itself) and repeats when the phase does
+    (1.92 s for the first), which the scale-free NSDF reads as clearly as a real envelope;
+    without gaps between the bursts there are no trains, and no outer period."""
+    x, realised = square_wave(period, duty, fs, 12, noise=0.02, seed=seed)
+    r = estimate_period(x, 1 / fs)
+    assert r.period_s == pytest.approx(realised, rel=0.005)
+    assert r.inner_period_s is None
+
+
 @pytest.mark.parametrize("seed", range(8))
 def test_poisson_bursts_have_no_period(seed: int) -> None:
     x = poisson_bursts(2.0, 0.1, 100, 60, noise=0.05, seed=seed)

@@ -13,7 +13,8 @@ Estimators (research/period_estimation.md §3.6):
   burst counts, including micro-bursts and layer trains, and every straddling sample counts
   exactly by its share;
 * **V** = (mean − off) · T: bytes per iteration, identifiable even when bursts are shorter
-  than a sample (then B and D are not, and are reported as unresolved).
+  than a sample (then B and D are not, and are reported as unresolved; the off level is then
+  a clipped mean, as transfers' slow lead-ins fall into the off class).
 """
 
 from __future__ import annotations
@@ -253,6 +254,20 @@ def _bridge_late_counts(
     return out
 
 
+def _clipped_mean(values: FloatArray, sigmas: float = 3.0) -> float:
+    """Mean of the values within ``sigmas`` robust σ (MAD) of their median.
+
+    The background under bursts too short to resolve: its class also catches the slow lead-in
+    of transfers that start at a fraction of the wire rate (a real pipeline stage's gradients:
+    2-5 polls at 0.05-0.45 of it before each), which the plain mean counted as background
+    (2.7 MB/s against 0.05, and bytes per step 22 % low). Noise around the background stays.
+    """
+    centre = float(np.median(values))
+    spread = 1.4826 * float(np.median(np.abs(values - centre)))
+    kept = values[np.abs(values - centre) <= sigmas * spread] if spread > 0 else values
+    return float(kept.mean()) if kept.size else centre
+
+
 def burst_stats(
     rate: FloatArray,
     dt: float,
@@ -322,6 +337,8 @@ def burst_stats(
             off_core = raw_off if raw_off.any() else off_core
         off_vals = x[off_core]
         off_level = float(off_vals.mean()) if off_vals.size else lo
+        if not resolved and off_vals.size:
+            off_level = _clipped_mean(off_vals)
         core_on = float(on_vals.mean()) if resolved else None
     b = core_on
     on_level = core_on if core_on is not None else hi

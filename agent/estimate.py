@@ -505,6 +505,16 @@ def estimate(
             "bursts are shorter than 3 samples: B and D cannot be resolved at this poll rate "
             "(T and bytes per iteration still hold); poll faster"
         )
+    elif (
+        t is not None
+        and bursts is not None
+        and not bursts.has_bursts
+        and bursts.bytes_per_period is not None
+    ):
+        warnings.append(
+            "the bursts do not stand clear of the rate's noise: B and D cannot be resolved "
+            "(T and bytes per iteration still hold)"
+        )
 
     split: DutySplit | None = None
     gpu_signal, activity = _gpu_activity(inputs.gpu)

@@ -95,6 +95,17 @@ def test_a_short_window_of_two_poll_transfers_is_not_smoothed_into_stray_cores(s
     assert s.on_ratio == pytest.approx(8 * 0.021 / 0.76, abs=0.01)
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_a_known_period_under_heavy_noise_gives_no_made_up_bytes_per_step(seed: int) -> None:
+    """Bursts 2.5 noise σ high: nothing stands clear of the noise, and the low samples have
+    no floor to read the background from (their mode wandered by up to half the burst
+    height); bytes per step stay unknown rather than wrong."""
+    x, realised = square_wave(1.0, 0.3, 100, 30, noise=0.4, seed=seed)
+    s = burst_stats(x, 0.01, realised)
+    assert not s.has_bursts
+    assert s.bytes_per_period is None
+
+
 @pytest.mark.parametrize("seed", range(3))
 def test_noisy_plateaus_are_still_smoothed(seed: int) -> None:
     # Gaussian noise of 0.2 of the burst height: smoothing is what keeps noise from splitting

@@ -509,11 +509,14 @@ def estimate(
         t is not None
         and bursts is not None
         and not bursts.has_bursts
-        and bursts.bytes_per_period is not None
+        and bursts.mean_rate >= idle_bytes_per_s
     ):
         warnings.append(
             "the bursts do not stand clear of the rate's noise: B and D cannot be resolved "
             "(T and bytes per iteration still hold)"
+            if bursts.bytes_per_period is not None
+            else "the bursts do not stand clear of the rate's noise, and no quiet level lies "
+            "between them: B, D and bytes per iteration cannot be resolved (T still holds)"
         )
 
     split: DutySplit | None = None

@@ -284,30 +284,84 @@ def _half_sample_mode(values: FloatArray) -> float:
     return float(v.mean())
 
 
-#: Spread (robust σ below the mode) under which the low samples' mode is a quiet floor, as a
-#: share of the contrast.
-_TIGHT_FLOOR = 0.1
+#: Spread (robust σ away from the middle) under which the low samples' mode is a floor, or
+#: the high samples' a ceiling, as a share of the contrast.
+_TIGHT_LEVEL = 0.1
 
 
-def _quiet_floor(values: FloatArray, contrast: float) -> float | None:
-    """The background as the floor the low samples rest on, if they rest on one.
+def _tight_level(values: FloatArray, contrast: float, *, floor: bool) -> float | None:
+    """The floor the low samples rest on (or the ceiling the high ones reach), if there is one.
 
-    A link between transfers idles at a level that varies by far less than the bursts'
-    height, and its mode finds it under a second cluster of mid-level samples (the slow
-    lead-ins of transfers, which a mean counts as background). Under noise of a sizeable
-    share of the burst height there is no such floor, and no level to read from one sample
-    at a time: on a square wave with Gaussian noise of 0.3-0.5 of its height, the mode put V
-    up to 38-53 % off (the plain mean of the low samples: 12-60 % high).
+    A link idles between transfers at a level that varies by far less than the bursts'
+    height, and runs them at its line rate, a ceiling; the samples of the gaps between
+    transfers shorter than a poll (partial polls) and of their slow lead-ins all fall in
+    between. The half-sample mode finds such a level under them, and its spread is measured
+    on the side away from them. Under noise of a sizeable share of the burst height there is
+    no such level to read from one sample at a time: on a square wave with Gaussian noise of
+    0.3-0.5 of its height, the mode put V up to 38-53 % off (the low samples' mean: 12-60 %
+    high).
     """
     mode = _half_sample_mode(values)
-    below = mode - values[values < mode]
-    if below.size < 8:
+    # Samples at the mode count: an idle counter's floor is exact zeros, and is as tight as
+    # a floor gets.
+    beyond = mode - values[values <= mode] if floor else values[values >= mode] - mode
+    if beyond.size < 8:
         return None
-    spread = 1.4826 * float(np.median(below))
-    if spread > _TIGHT_FLOOR * contrast:
+    spread = 1.4826 * float(np.median(beyond))
+    if spread > _TIGHT_LEVEL * contrast:
         return None
     near = values[np.abs(values - mode) <= 3.0 * spread]
     return float(near.mean()) if near.size else mode
+
+
+def _between_levels(
+    x: FloatArray,
+    finite: npt.NDArray[np.bool_],
+    dt: float,
+    period_s: float,
+    lo: float,
+    hi: float,
+    noise: float,
+) -> BurstStats:
+    """B, D and V of periodic traffic whose bursts do not stand clear of what reads as noise.
+
+    The period was found in this very series, so it is not flat; its samples only fail the
+    two-level test because many of them fall between the levels: a real 1F1B stage's 2-poll
+    transfers after 1-5 polls of slow lead-in (contrast 4.1 σ, separation 4.0), a real
+    layer-by-layer job's all-reduces with gaps shorter than a poll (3.4 σ, 3.0). Where the
+    low samples rest on a floor, it is the background and V holds (the low samples' mean
+    counted the lead-ins: V 23 % low); where the high ones also reach a ceiling, the link's
+    rate while busy, that is B, and D is the energy share between the two.
+    """
+    values = x[finite]
+    mean = float(values.mean())
+    mid = 0.5 * (lo + hi)
+    contrast = hi - lo
+    floor = _tight_level(values[values < mid], contrast, floor=True)
+    if floor is None:
+        return BurstStats(None, lo, hi, None, mean, None, 0, None, None, False, False, noise)
+    v = (mean - floor) * period_s
+    ceiling = _tight_level(values[values >= mid], contrast, floor=False)
+    if ceiling is None or ceiling <= floor:
+        return BurstStats(None, floor, hi, None, mean, v, 0, None, None, False, False, noise)
+    on = finite & (x >= 0.5 * (floor + ceiling))
+    starts, ends = on_runs(on)
+    gap_starts, gap_ends = on_runs(~on & finite)
+    return BurstStats(
+        burst_bandwidth=ceiling,
+        off_level=floor,
+        on_level=ceiling,
+        on_ratio=float(min(1.0, max(0.0, (mean - floor) / (ceiling - floor)))),
+        mean_rate=mean,
+        bytes_per_period=v,
+        bursts=int(starts.size),
+        mean_burst_s=float(np.mean(ends - starts) * dt) if starts.size else None,
+        mean_gap_s=float(np.mean(gap_ends - gap_starts) * dt) if gap_starts.size else None,
+        resolved=True,
+        reliable=False,
+        noise=noise,
+        on_mask=on,
+    )
 
 
 def burst_stats(
@@ -346,17 +400,9 @@ def burst_stats(
     clear = contrast > 0 and contrast >= min_contrast_sigmas * noise
     apart = separation(values, lo, hi) >= (4.0 if period_s is not None else 6.0)
     if not (clear or apart) or (period_s is None and not _structured(values, lo, hi)):
-        v = None
-        low = erode(np.where(finite, x, hi) < 0.5 * (lo + hi), 1) & finite
-        if period_s is not None and low.any():
-            # The period was found in this very series, so it is not flat: its bursts only
-            # fail to stand clear of what reads as noise (a real 1F1B stage's 2-poll transfers
-            # after 1-5 polls of slow lead-in: contrast 4.1 σ, separation 4.0). Bytes per step
-            # still hold against the floor the low samples rest on (their mean holds the
-            # lead-ins: V 23 % low), where they rest on one.
-            floor = _quiet_floor(x[low], contrast)
-            v = (mean - floor) * period_s if floor is not None else None
-        return BurstStats(None, lo, hi, None, mean, v, 0, None, None, False, False, noise)
+        if period_s is not None and contrast > 0:
+            return _between_levels(x, finite, dt, period_s, lo, hi, noise)
+        return BurstStats(None, lo, hi, None, mean, None, 0, None, None, False, False, noise)
 
     filled = np.where(finite, x, lo)
     u_raw = (filled - lo) / contrast

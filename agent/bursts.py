@@ -434,9 +434,10 @@ def burst_stats(
             raw_off = erode(u_raw < 0.5, 1) & finite
             off_core = raw_off if raw_off.any() else off_core
         off_vals = x[off_core]
-        off_level = float(off_vals.mean()) if off_vals.size else lo
-        if not resolved and off_vals.size:
-            off_level = _clipped_mean(off_vals)
+        if not off_vals.size:
+            off_level = lo
+        else:
+            off_level = float(off_vals.mean()) if resolved else _clipped_mean(off_vals)
         core_on = float(on_vals.mean()) if resolved else None
     b = core_on
     on_level = core_on if core_on is not None else hi

@@ -86,9 +86,14 @@ def test_alerts_carry_severity_and_annotations() -> None:
 
 
 def test_bottleneck_alert_is_d_above_half() -> None:
-    """The contract alert: D > 0.5 (DESIGN.md), sustained, and a warning (the job still runs)."""
+    """The contract alert: D > 0.5 (DESIGN.md), sustained, and a warning (the job still runs).
+
+    D is read over a range: a scrape without D (a window that could not resolve it) must not
+    restart the 15 minutes (the promtool case with missing scrapes pins that behaviour)."""
     (rule,) = [r for r in _rules() if r.get("alert") == "CommpulseNetworkBottleneck"]
-    assert re.search(r"commpulse_duty_cycle_ratio\s*>\s*0\.5\b", rule["expr"])
+    assert re.search(
+        r"min_over_time\(commpulse_duty_cycle_ratio\[\d+m\]\)\s*>\s*0\.5\b", rule["expr"]
+    )
     assert rule["for"] == "15m"
     assert rule["labels"]["severity"] == "warning"
 

@@ -314,6 +314,34 @@ def _tight_level(values: FloatArray, contrast: float, *, floor: bool) -> float |
     return float(near.mean()) if near.size else mode
 
 
+#: Width of the band at the bottom that :func:`_idle_floor` takes for the floor, as a share of
+#: the contrast, and the fewest samples it must hold.
+_IDLE_BAND = 0.05
+_MIN_IDLE_SAMPLES = 5
+
+
+def _idle_floor(low: FloatArray, contrast: float) -> float | None:
+    """The idle floor at the very bottom of the low samples, where the partial polls outnumber it.
+
+    A 16-step window of a real layer-by-layer job holds some 5-20 idle polls (ACKs only, at
+    0-0.3 MB/s) under 50 partial ones spread up to the middle: their densest cluster is not
+    the floor, and the idle polls are too few for a spread of their own (D was missing on 45 %
+    of its locked hops). The samples within ``_IDLE_BAND`` of the contrast from the lowest are
+    the floor when they are at least ``_MIN_IDLE_SAMPLES`` and twice as many as in the twice
+    as wide band above them: partial polls spread out and do not pile up there, and the far
+    tail of noise thins out towards its extreme instead.
+    """
+    above = low - float(low.min())
+    band = _IDLE_BAND * contrast
+    at_floor = above <= band
+    count = int(np.count_nonzero(at_floor))
+    if count < _MIN_IDLE_SAMPLES:
+        return None
+    if count < 2 * int(np.count_nonzero((above > band) & (above <= 3.0 * band))):
+        return None
+    return float(low[at_floor].mean())
+
+
 def _between_levels(
     x: FloatArray,
     finite: npt.NDArray[np.bool_],
@@ -337,11 +365,16 @@ def _between_levels(
     mean = float(values.mean())
     mid = 0.5 * (lo + hi)
     contrast = hi - lo
-    floor = _tight_level(values[values < mid], contrast, floor=True)
+    low = values[values < mid]
+    floor = _tight_level(low, contrast, floor=True)
+    ceiling = _tight_level(values[values >= mid], contrast, floor=False)
+    if floor is None and ceiling is not None:
+        # Only under a line-rate ceiling: additive noise clipped at zero also piles up at the
+        # extreme (σ = 0.5-1·B: V 7-14 times the truth), but it never leaves a tight ceiling.
+        floor = _idle_floor(low, contrast)
     if floor is None:
         return BurstStats(None, lo, hi, None, mean, None, 0, None, None, False, False, noise)
     v = (mean - floor) * period_s
-    ceiling = _tight_level(values[values >= mid], contrast, floor=False)
     if ceiling is None or ceiling <= floor:
         return BurstStats(None, floor, hi, None, mean, v, 0, None, None, False, False, noise)
     on = finite & (x >= 0.5 * (floor + ceiling))

@@ -135,11 +135,11 @@ def render_table(
         lines.append("")
         lines.append(
             f"  capture: {capture.get('packets')} packets, {capture.get('flows')} flows, "
-            f"{capture.get('roce_qps')} RoCE QPs, {capture.get('cnp_packets')} CNPs"
+            f"{capture.get('roce_qps')} RDMA QPs, {capture.get('cnp_packets')} CNPs"
         )
         if capture.get("ack_latency_samples"):
             lines.append(
-                f"  {'RoCE ACK round trip':<17} {_pcts(capture.get('ack_latency_s'), _seconds)}"
+                f"  {'RC ACK round trip':<17} {_pcts(capture.get('ack_latency_s'), _seconds)}"
                 f" over {capture['ack_latency_samples']} request/ACK pairs"
             )
     lines.append("")

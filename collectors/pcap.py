@@ -26,10 +26,12 @@ Rules that matter (``shared/DESIGN.md``, pcap row):
   cut by the snaplen leaves the frame a RoCE frame, with no syndrome.
 * Up to two VLAN tags (802.1Q 0x8100, QinQ 0x88a8 / 0x9100), IPv4 (with options) and IPv6 (with
   hop-by-hop, routing, fragment, destination-options and AH extension headers).
-* InfiniBand (link type 247, or ibdump's ERF records, 197): only the local route header is
-  read, for its source and destination LIDs, which stand for the MACs in telling the host's
-  frames from its peers'; the transport headers are not decoded. ibdump counts its ERF header
-  in each record's original length; it is taken off, as it never was on the wire.
+* InfiniBand (link type 247, or ibdump's ERF records, 197): the local route header's source
+  and destination LIDs stand for the MACs in telling the host's frames from its peers'. Its
+  next-header field says whether the BTH follows it (2) or a 40-byte GRH first (3); that BTH
+  is read as RoCEv2's (with the AETH of ACKs), keyed by LIDs instead of IP addresses, and a
+  CNP is opcode 0x80 there. ibdump counts its ERF header in each record's original length; it
+  is taken off, as it never was on the wire.
 * RC ACK round-trip latency (``CaptureStats.ack_latency_s``): an ACK's BTH PSN is that of the
   last request it acknowledges (ACKs coalesce), so each ACK is matched with the RC request of
   that PSN on the reverse address pair, the latest one at or before the ACK (a retransmission's
@@ -126,6 +128,10 @@ PACKET_OUTGOING = 4
 
 ROCEV2_UDP_PORT = 4791
 CNP_OPCODE = 0x81
+#: InfiniBand congestion control's CNP (BTH opcode; IBTA vol. 1 annex A10).
+IB_CNP_OPCODE = 0x80
+#: The top byte of the flow and QP keys of InfiniBand frames (RoCE's is the IP version).
+_IB_KEY_MARK = 0x1B
 # RC ACKNOWLEDGE and RC ATOMIC ACKNOWLEDGE: a 4-byte AETH follows their BTH (IBTA vol. 1).
 _ACK_OPCODES = frozenset((0x11, 0x12))
 _AETH_ACK = 0  # syndrome bits 7..5
@@ -205,8 +211,10 @@ class FrameInfo:
     """What :func:`decode_frame` learns from one frame.
 
     Attributes:
-        src_mac: Source MAC (6 bytes); empty when the link type carries none (raw IP).
-        dst_mac: Destination MAC; empty for raw IP and Linux cooked captures.
+        src_mac: Source MAC (6 bytes); empty when the link type carries none (raw IP); the
+            2-byte source LID of an InfiniBand frame.
+        dst_mac: Destination MAC; empty for raw IP and Linux cooked captures; the 2-byte
+            destination LID of an InfiniBand frame.
         ethertype: The EtherType after any VLAN tags (for raw IP: 0x0800 or 0x86DD).
         vlan: VLAN ID of the innermost tag (the one the host configured), or None.
         ip_version: 4, 6, or None for a non-IP frame.
@@ -215,11 +223,11 @@ class FrameInfo:
         proto: IP protocol (IPv6: the header after the extension headers), or None.
         src_port: TCP/UDP source port; None for other protocols and non-first fragments.
         dst_port: TCP/UDP destination port; as ``src_port``.
-        roce: RoCEv2: UDP destination port 4791 with a full BTH.
+        roce: A whole BTH: RoCEv2 (UDP destination port 4791) or native InfiniBand.
         bth_opcode: BTH opcode, or None.
         dest_qp: BTH destination queue pair (24 bits), or None.
         psn: BTH packet sequence number (24 bits), or None.
-        cnp: RoCEv2 congestion notification packet (BTH opcode 0x81).
+        cnp: Congestion notification packet (BTH opcode 0x81 on RoCEv2, 0x80 on InfiniBand).
         aeth_syndrome: The AETH syndrome byte (bits 7..5: 000 ACK, 001 RNR NAK, 011 NAK with
             the NAK code in bits 4..0, 010 reserved) of an RC ACKNOWLEDGE or RC ATOMIC
             ACKNOWLEDGE (BTH opcode 0x11 / 0x12); None for any other frame, and when the
@@ -456,6 +464,44 @@ def _decode(buf: _Buf, off: int, end: int, link_type: int) -> _Decoded | None:
     )  # fmt: skip
 
 
+def _decode_ib(
+    buf: bytes | bytearray | memoryview, link_type: int
+) -> tuple[bytes, bytes, int, int, int, int | None] | None:
+    """(DLID, SLID, BTH opcode, destination QP, PSN, AETH syndrome) of one InfiniBand frame.
+
+    None unless a whole BTH follows its LRH (LNH 2) or the LRH and a GRH (LNH 3); for ERF
+    records (ibdump), the LRH follows the ERF header and its extension headers, in records of
+    an InfiniBand type. The scalar twin of :func:`_ib_transport`.
+    """
+    end = len(buf)
+    at = 0
+    if link_type == LINKTYPE_ERF:
+        if end < 16 or buf[8] & 0x7F not in _ERF_TYPES_IB:
+            return None
+        at, more = 16, buf[8] & 0x80
+        for _ in range(_ERF_MAX_EXT):
+            if not more:
+                break
+            if end < at + 8:
+                return None
+            more = buf[at] & 0x80
+            at += 8
+        if more:
+            return None
+    if end < at + 8:
+        return None
+    lnh = buf[at + 1] & 3
+    if lnh < 2:
+        return None
+    bth = at + 8 + (40 if lnh == 3 else 0)
+    if end < bth + 12:
+        return None
+    opcode, qp_word, psn_word = _BTH.unpack_from(buf, bth)
+    syndrome = buf[bth + 12] if opcode in _ACK_OPCODES and end >= bth + 16 else None
+    dlid, slid = bytes(buf[at + 2 : at + 4]), bytes(buf[at + 6 : at + 8])
+    return dlid, slid, opcode, qp_word & 0xFFFFFF, psn_word & 0xFFFFFF, syndrome
+
+
 def _ip_text(addr: bytes | None) -> str | None:
     if addr is None:
         return None
@@ -472,11 +518,23 @@ def decode_frame(buf: bytes | bytearray | memoryview, link_type: int = 1) -> Fra
     Args:
         buf: The captured bytes of the frame (possibly cut at the snaplen).
         link_type: pcap link type: 1 Ethernet, 113 Linux SLL, 276 Linux SLL2, 101/228/229
-            raw IP.
+            raw IP, 247 InfiniBand, 197 ERF (ibdump). An InfiniBand frame is decoded when a
+            whole BTH follows its LRH (or GRH): its "MACs" are then its 2-byte LIDs, and it
+            has no EtherType (0) and no IP fields.
 
     Returns:
         The decoded fields, or None.
     """
+    if link_type in _LINKTYPES_IB:
+        ib = _decode_ib(buf, link_type)
+        if ib is None:
+            return None
+        dlid, slid, opcode, qp, seq, syndrome = ib
+        return FrameInfo(
+            src_mac=slid, dst_mac=dlid, ethertype=0, vlan=None, ip_version=None, src_ip=None,
+            dst_ip=None, proto=None, src_port=None, dst_port=None, roce=True, bth_opcode=opcode,
+            dest_qp=qp, psn=seq, cnp=opcode == IB_CNP_OPCODE, aeth_syndrome=syndrome,
+        )  # fmt: skip
     try:
         r = _decode(buf, 0, len(buf), link_type)
     except (struct.error, IndexError, TypeError, ValueError):  # pragma: no cover - defensive
@@ -511,8 +569,10 @@ def decode_frame(buf: bytes | bytearray | memoryview, link_type: int = 1) -> Fra
 _CHUNK = 1 << 16
 _MASK48 = (1 << 48) - 1
 # How far past a frame's start the decoder reads: SLL2 (20) + two tags (8) + IPv4 with
-# options (60) + UDP (8) + the 12 BTH bytes read = 108; the AETH syndrome: byte 108.
-_HDR_REACH = 128
+# options (60) + UDP (8) + the 12 BTH bytes read = 108; the AETH syndrome: byte 108. For
+# InfiniBand in ERF: header and 8 extensions (80) + LRH (8) + GRH (40) + BTH (12) = 140;
+# the AETH syndrome: byte 140.
+_HDR_REACH = 160
 # Up to this many bytes at a buffer's end are copied rather than decoded in two passes.
 _TAIL_COPY = 1 << 22
 _FLOW_WORDS = 5
@@ -536,7 +596,8 @@ class FrameColumns:
 
     Every field is what :func:`decode_frame` would say for the frame, as a column; a frame it
     returns None for has ``decoded`` False and the "none" value everywhere else, except the
-    Ethernet MACs (see ``has_src_mac``).
+    Ethernet MACs (see ``has_src_mac``) and InfiniBand LIDs (in the MAC columns wherever the
+    LRH was captured).
 
     Attributes:
         decoded: bool, the headers could be decoded (see :func:`decode_frame`).
@@ -548,8 +609,9 @@ class FrameColumns:
         dst_port: int32, as ``src_port``.
         tcp: bool, an IP frame of protocol 6 (non-first fragments included).
         udp: bool, an IP frame of protocol 17 (non-first fragments included).
-        roce: bool, RoCEv2: UDP destination port 4791 with a full BTH.
-        cnp: bool, a RoCEv2 CNP (BTH opcode 0x81).
+        roce: bool, a frame with a whole BTH: RoCEv2 (UDP destination port 4791) or native
+            InfiniBand (LRH next header 2 or 3: the BTH after the LRH, or after its GRH).
+        cnp: bool, a CNP: BTH opcode 0x81 on RoCEv2, 0x80 on InfiniBand.
         bth_opcode: int16, BTH opcode; -1 where not ``roce``.
         dest_qp: int32, BTH destination QP (24 bits); -1 where not ``roce``.
         psn: int32, BTH packet sequence number (24 bits, BTH bytes 9-11); -1 where not ``roce``.
@@ -574,11 +636,12 @@ class FrameColumns:
             ``ip_version << 56 | proto << 48 | has_ports << 40 | src_port << 16 | dst_port``,
             then the source and the destination address, each as two words (IPv6: its high
             and low 64 bits; IPv4: the address, 0). Ports count only where ``src_port >= 0``.
-            All zero where ``ip_version`` is 0.
+            All zero for other frames, except InfiniBand ones with a BTH: ``0x1B << 56 |
+            dest_qp``, SLID, 0, DLID, 0 (a flow is a source port's traffic to one queue pair).
         qp_key: ``V24``, equal for frames to the same (destination IP, BTH destination QP), so
             ``np.unique(qp_key[roce]).size`` counts queue pairs. Three native-endian uint64
-            words: ``ip_version << 56 | dest_qp``, then the destination address as two words.
-            All zero where ``roce`` is False.
+            words: ``ip_version << 56 | dest_qp``, then the destination address as two words
+            (InfiniBand: ``0x1B << 56 | dest_qp``, DLID, 0). All zero where ``roce`` is False.
     """
 
     decoded: _Bool
@@ -871,12 +934,13 @@ def _decode_rows(
         )
         ok = c >= p0
     elif lt in (LINKTYPE_INFINIBAND, LINKTYPE_ERF):
-        lrh, has_lrh = _ib_lrh(g, o, c, lt)
+        lrh, has_lrh, at = _ib_lrh(g, o, c, lt)
         cols["has_src_mac"] = has_lrh
         cols["has_dst_mac"] = has_lrh.copy()
         cols["src_mac"] = np.where(has_lrh, lrh & np.uint64(0xFFFF), np.uint64(0))
         dlid = (lrh >> np.uint64(32)) & np.uint64(0xFFFF)
         cols["dst_mac"] = np.where(has_lrh, dlid, np.uint64(0))
+        _ib_transport(g, cols, o, c, lrh, has_lrh, at)
         return cols
     elif lt in (LINKTYPE_RAW, LINKTYPE_IPV4, LINKTYPE_IPV6):
         version = g.u8(o) >> np.uint64(4)
@@ -1031,17 +1095,70 @@ def _erf_payload(g: _Gather, o: _I64, c: _I64) -> tuple[_I64, _Bool]:
     return at, ok & ~more
 
 
-def _ib_lrh(g: _Gather, o: _I64, c: _I64, lt: int) -> tuple[_U64, _Bool]:
+def _ib_lrh(g: _Gather, o: _I64, c: _I64, lt: int) -> tuple[_U64, _Bool, _I64]:
     """The 8 LRH bytes of InfiniBand frames (DLID in bits 47..32, SLID in 15..0).
 
-    Also where they were captured whole; for ERF records they follow the ERF header and its
-    extension headers, in records of an InfiniBand type.
+    Also where they were captured whole, and where they start: for ERF records they follow
+    the ERF header and its extension headers, in records of an InfiniBand type.
     """
     if lt == LINKTYPE_INFINIBAND:
-        return g.be64(o), c >= 8
+        return g.be64(o), c >= 8, o
     at, ok = _erf_payload(g, o, c)
     ok &= np.isin(g.u8(o + 8) & np.uint64(0x7F), list(_ERF_TYPES_IB)) & (c >= at - o + 8)
-    return g.be64(at), ok
+    return g.be64(at), ok, at
+
+
+def _ib_transport(
+    g: _Gather, cols: dict[str, np.ndarray], o: _I64, c: _I64, lrh: _U64, has_lrh: _Bool, at: _I64
+) -> None:
+    """The BTH (and an ACK's AETH) of InfiniBand frames, into ``cols`` as for RoCEv2.
+
+    The LRH's next-header field says what follows its 8 bytes: the BTH (LNH 2, IBA local),
+    or a 40-byte GRH and then the BTH (LNH 3, IBA global); raw packets (LNH 0, 1) have none.
+    The keys use LIDs where RoCE uses IP addresses (a GRH's GIDs would name ports across
+    subnets; a training fabric is one subnet): flows are (SLID, DLID, destination QP), queue
+    pairs (DLID, destination QP), and ACKs match requests on (LIDs, PSN). The CNP of
+    InfiniBand congestion control is BTH opcode 0x80 (RoCEv2's is 0x81).
+    """
+    lnh = (lrh >> np.uint64(48)) & np.uint64(3)
+    bth_at = at + 8 + 40 * (lnh == 3).astype(np.int64)
+    ib = has_lrh & (lnh >= 2) & (c - (bth_at - o) >= 12)
+    if not ib.any():
+        return
+    bth = g.be64(bth_at)
+    psn = g.be32(bth_at + 8) & np.uint64(0xFFFFFF)
+    opcode = bth >> np.uint64(56)
+    dest_qp = bth & np.uint64(0xFFFFFF)
+    cols["decoded"] = ib
+    cols["roce"] = ib
+    cols["cnp"] = ib & (opcode == IB_CNP_OPCODE)
+    cols["bth_opcode"] = np.where(ib, opcode.astype(np.int16), np.int16(-1))
+    cols["dest_qp"] = np.where(ib, dest_qp.astype(np.int32), np.int32(-1))
+    cols["psn"] = np.where(ib, psn.astype(np.int32), np.int32(-1))
+    acks = np.flatnonzero(ib & ((opcode - np.uint64(0x11)) < np.uint64(2)))
+    if acks.size:
+        aeth = bth_at[acks] + 12
+        whole = c[acks] - (aeth - o[acks]) >= 4
+        cols["aeth_syndrome"][acks[whole]] = g.u8(aeth[whole]).astype(np.int16)
+    zero = np.uint64(0)
+    slid, dlid = lrh & np.uint64(0xFFFF), (lrh >> np.uint64(32)) & np.uint64(0xFFFF)
+    head = np.uint64(_IB_KEY_MARK) << np.uint64(56)
+    flow = (
+        np.where(ib, head | dest_qp, zero),
+        np.where(ib, slid, zero),
+        np.zeros(ib.size, dtype=np.uint64),
+        np.where(ib, dlid, zero),
+        np.zeros(ib.size, dtype=np.uint64),
+    )
+    qpk = (
+        np.where(ib, head | dest_qp, zero),
+        np.where(ib, dlid, zero),
+        np.zeros(ib.size, dtype=np.uint64),
+    )
+    cols["flow_key"] = np.stack(flow, axis=1)
+    cols["qp_key"] = np.stack(qpk, axis=1)
+    cols["flow_hash"] = _hash_words(flow)
+    cols["qp_hash"] = _hash_words(qpk)
 
 
 def _without_erf_headers(g: _Gather, chunk: _Chunk, link_type: int) -> _I64:
@@ -2159,9 +2276,9 @@ def _analyse(buf: _Buf, chunks: Iterable[_Chunk], meta: _Meta) -> Capture:
         )
     if tot.skipped and meta.link_type in _LINKTYPES_IB:
         warn.append(
-            f"{tot.skipped} InfiniBand frames: only their local route header is read (the "
-            "direction, by LID); their transport headers are not decoded, so no QP, CNP or "
-            "ACK counts"
+            f"{tot.skipped} InfiniBand frames without a whole transport header (raw packets, "
+            "other ERF record types, or headers cut by the snaplen): they count in packets "
+            "and bytes only"
         )
     elif tot.skipped:
         warn.append(

@@ -2197,6 +2197,16 @@ def _decode_chunk(g: _Gather, buf: _Buf, chunk: _Chunk, link_type: int) -> dict[
     return cols
 
 
+_TWO_HOSTS = (
+    "two hosts only: which MAC is the capturing host's is a guess, so tx and rx may be swapped "
+    "(a cooked capture, `tcpdump -i any`, records the direction)"
+)
+_TWO_PORTS = (
+    "two ports only: which LID is the capturing port's is a guess (both are seen as often), "
+    "so tx and rx may be swapped"
+)
+
+
 def _analyse(buf: _Buf, chunks: Iterable[_Chunk], meta: _Meta) -> Capture:
     """Decode every frame, chunk by chunk, with :func:`_decode_into`; the arrays and totals."""
     g = _Gather(buf)
@@ -2256,10 +2266,7 @@ def _analyse(buf: _Buf, chunks: Iterable[_Chunk], meta: _Meta) -> Capture:
     samples = matcher.result(local)
     warn = list(meta.warn)
     if guessed and not typed.all():
-        warn.append(
-            "two hosts only: which MAC is the capturing host's is a guess, so tx and rx may be "
-            "swapped (a cooked capture, `tcpdump -i any`, records the direction)"
-        )
+        warn.append(_TWO_PORTS if meta.link_type in _LINKTYPES_IB else _TWO_HOSTS)
     if n and local is None and not typed.any():
         warn.append(
             f"the frames carry no direction (link type {meta.link_type}: no Ethernet MAC, no "

@@ -1192,10 +1192,16 @@ def _ref_analyse(buf: bytes, recs: _RefRecords) -> Capture:
     )
     warn = list(recs.warn)
     if guessed and not all(k >= 0 for k in pkttypes):
-        warn.append(
-            "two hosts only: which MAC is the capturing host's is a guess, so tx and rx may be "
-            "swapped (a cooked capture, `tcpdump -i any`, records the direction)"
-        )
+        if recs.link_type in (197, 247):
+            warn.append(
+                "two ports only: which LID is the capturing port's is a guess (both are seen "
+                "as often), so tx and rx may be swapped"
+            )
+        else:
+            warn.append(
+                "two hosts only: which MAC is the capturing host's is a guess, so tx and rx may "
+                "be swapped (a cooked capture, `tcpdump -i any`, records the direction)"
+            )
     if srcs and local is None and not any(k >= 0 for k in pkttypes):
         warn.append(
             f"the frames carry no direction (link type {recs.link_type}: no Ethernet MAC, no "
@@ -2032,6 +2038,17 @@ def test_an_infiniband_capture_tells_the_directions_apart_by_lid(
     assert cap.stats.roce_packets == 12
     assert cap.stats.roce_qps == 3
     assert not cap.stats.warnings
+
+
+def test_an_infiniband_capture_between_two_ports_says_lid_not_mac() -> None:
+    """Two ports talking only to each other are seen equally often: which is this host's is a
+    guess, and the warning names what was guessed (a LID) and no cure that needs Ethernet."""
+    frames = [_ib_frame(3, 1), _ib_frame(1, 3)] * 60
+    cap = parse_capture(pcap_bytes([(i, f[:64], len(f)) for i, f in enumerate(frames)],
+                                   linktype=247))  # fmt: skip
+    (warning,) = cap.stats.warnings
+    assert warning.startswith("two ports only: which LID")
+    assert "tcpdump" not in warning
 
 
 def test_a_capture_without_direction_says_that_both_are_counted_as_received() -> None:

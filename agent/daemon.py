@@ -33,6 +33,7 @@ from agent.pipeline import Pipeline, PipelineSettings, Snapshot, SnapshotStore
 from agent.sinks import MqttSink
 from agent.systemd import Notifier
 from collectors._base import Source
+from collectors._sampler import BATCH_S as SAMPLER_BATCH_S
 from collectors._sampler import Sampler
 from collectors.dcgm_exporter import DcgmExporterSource
 from collectors.gpu_csv import GpuCsvSource
@@ -59,6 +60,8 @@ def pipeline_settings(config: Config) -> PipelineSettings:
     rates = [1.0 / c.poll_interval_s for c in (s.nic_counters, s.rdma_counters) if c.enabled]
     if s.packet_capture.enabled:
         rates.append(1.0 / s.packet_capture.bin_s)
+    # A sweep's calls are handed over at once (every batch_s for sweeps faster than that).
+    logs = [c.poll_interval_s for c in (s.nccl_log, s.nccl_inspector) if c.enabled]
     return PipelineSettings(
         window_s=config.agent.window_s,
         hop_s=config.agent.hop_s,
@@ -67,6 +70,7 @@ def pipeline_settings(config: Config) -> PipelineSettings:
         counter_rate_hz=max(rates, default=100.0),
         idle_bytes_per_s=config.agent.idle_bytes_per_s,
         collective_latency_s=config.agent.collective_latency_s,
+        calls_delivery_s=max([SAMPLER_BATCH_S, *logs]),
     )
 
 

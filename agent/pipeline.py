@@ -209,6 +209,10 @@ class PipelineSettings:
     idle_bytes_per_s: float = IDLE_BYTES_PER_S
     #: Per-collective latency of the fine-tuning latency share.
     collective_latency_s: float = DEFAULT_LATENCY_S
+    #: Longest a logged call takes to reach the pipeline (the log sources' poll interval): a
+    #: log-only job's silence counts from that long before now, or a job of 0.05 s steps,
+    #: its calls read every 0.2 s, "stopped" between two reads.
+    calls_delivery_s: float = 0.2
     #: Newest collective calls the regime parameters read at most ...
     regime_calls: int = 65536
     #: ... every this many hops (the ZeRO stage, AlltoAll and pipeline structure change
@@ -759,8 +763,9 @@ class Pipeline:
 
         None while it has not (:func:`job_gone`). The ring is gridded only once the silence
         exceeds two periods: at a job's end, or in the compute phase of a step whose layers are
-        locked. With the NCCL log alone, the silence runs from its newest call to now and the
-        pauses are those between its calls.
+        locked. With the NCCL log alone, the silence runs from its newest call to the last time
+        all calls until then have surely arrived (``calls_delivery_s`` ago), and the pauses are
+        those between its calls.
         """
         period = locked if locked is not None else est.period_s
         if period is None:
@@ -771,7 +776,7 @@ class Pipeline:
             if timed.size == 0:
                 return None
             last = float(timed.max())
-            silent = self._clock.now() - last
+            silent = max(0.0, self._clock.now() - self._cfg.calls_delivery_s - last)
             if not job_gone(silent, period, 0.0):
                 return None
             ring = self._state.calls.mix(since=None)

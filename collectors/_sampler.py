@@ -28,7 +28,10 @@ from dataclasses import dataclass, field
 from agent.clock import Clock, Ticker
 from collectors._base import Emit, Reading, coalesce_counters
 
-__all__ = ["Sampler"]
+__all__ = ["BATCH_S", "Sampler"]
+
+#: Default hand-over interval of sweeps faster than it (seconds).
+BATCH_S = 0.1
 
 log = logging.getLogger(__name__)
 
@@ -157,7 +160,7 @@ class _Thread:
 class Sampler:
     """Runs sweeps in threads, one thread per polling interval, shared by its jobs."""
 
-    def __init__(self, clock: Clock, *, batch_s: float = 0.1) -> None:
+    def __init__(self, clock: Clock, *, batch_s: float = BATCH_S) -> None:
         self._clock = clock
         self._batch_s = batch_s
         self._threads: dict[float, _Thread] = {}

@@ -316,6 +316,46 @@ def test_an_nccl_only_host_reports_the_step_not_the_calls_and_lets_it_go_at_the_
     assert shown[-1][0] <= 7.06 + 2 * 1.0 + 2 * 0.5, shown
 
 
+class PolledTrains(NcclTrains):
+    """:class:`NcclTrains` as a log tailer delivers them: every ``poll_s``, the calls logged
+    since the last look, in one batch."""
+
+    def __init__(self, step: float, poll_s: float) -> None:
+        super().__init__(step, step, math.inf)
+        self.poll_s = poll_s
+
+    async def run(self, emit: Emit) -> None:
+        held: list[CallBatch] = []
+
+        def hold(item: Reading) -> None:
+            assert isinstance(item, CallBatch)
+            held.append(item)
+
+        async def deliver() -> None:
+            while True:
+                await asyncio.sleep(self.poll_s)
+                for item in held:
+                    emit(item)
+                held.clear()
+
+        async with asyncio.TaskGroup() as tasks:
+            tasks.create_task(deliver())
+            tasks.create_task(super().run(hold))
+
+
+def test_a_fast_nccl_only_job_read_every_poll_is_not_taken_for_stopped() -> None:
+    """Steps of 0.1 s, their calls read every 0.2 s as the log tailer does: between two reads
+    the newest call is up to 0.25 s old, over two periods, and the job was "stopped" and T
+    released at many hops (a real daemon on a 0.05 s job: twice in 20 s). The silence now
+    counts from the last moment every call until then has surely been read."""
+    source = PolledTrains(0.1, 0.2)
+    seen = _periods_seen(source, hop_s=0.25, run_s=7.0)
+    first = next((i for i, (_, t) in enumerate(seen) if t is not None), None)
+    assert first is not None, seen
+    after = [t for _, t in seen[first:]]
+    assert all(t is not None and t == pytest.approx(0.1, rel=0.02) for t in after), after
+
+
 class StubbornSink:
     """A sink whose first cancellation is lost, as 3.11's ``wait_for`` can lose it."""
 

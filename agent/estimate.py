@@ -57,6 +57,9 @@ class CollectiveMix:
     warnings: int = 0
     version: str | None = None
     processes: int = 0
+    #: 0 when the calls carry NCCL's timestamps; else how coarse their times are (the log
+    #: tailer's poll interval: calls stamped when read).
+    time_resolution_s: float = 0.0
 
     @property
     def calls(self) -> int:
@@ -353,14 +356,27 @@ def without_pauses(grid: GridSeries, period: PeriodResult) -> GridSeries:
     return replace(grid, rate=rate, valid=valid)
 
 
-def _events_series(times: FloatArray, weights: FloatArray) -> tuple[FloatArray, float, float]:
-    """Bin timed events (NCCL COLL lines) into a rate series for the period detector."""
-    span = float(times[-1] - times[0])
-    dt = max(1e-3, span / 2**15)  # ~32 k bins: enough for T, cheap enough every hop
-    n = max(1, int(span / dt) + 1)
-    idx = np.minimum(((times - times[0]) / dt).astype(np.int64), n - 1)
+def _events_series(
+    times: FloatArray, weights: FloatArray, resolution_s: float = 0.0
+) -> tuple[FloatArray, float, float]:
+    """Bin timed events (NCCL COLL lines) into a rate series for the period detector.
+
+    Events stamped when a poller read them (``resolution_s`` > 0) sit on the poll instants:
+    one bin per poll, centred on them, so the series is sampled as counters are. Finer bins
+    made a lattice of spikes at the poll interval, and the period detector read it (a job of
+    0.05 s steps, read every 0.2 s: T = 0.2 s) or the beat of the steps against it (0.3 s
+    steps: 0.6 s; 2.3 s steps: 4.6 s).
+    """
+    if resolution_s > 0:
+        dt = resolution_s
+        t0 = float(times[0]) - 0.5 * dt
+    else:
+        dt = max(1e-3, float(times[-1] - times[0]) / 2**15)  # ~32 k bins: enough for T
+        t0 = float(times[0])
+    n = max(1, int((float(times[-1]) - t0) / dt) + 1)
+    idx = np.minimum(((times - t0) / dt).astype(np.int64), n - 1)
     series = np.bincount(idx, weights=weights, minlength=n) / dt
-    return series, dt, float(times[0])
+    return series, dt, t0
 
 
 def log_series(mix: CollectiveMix) -> tuple[FloatArray, float, float] | None:
@@ -380,14 +396,14 @@ def log_series(mix: CollectiveMix) -> tuple[FloatArray, float, float] | None:
         weights = weights[order]
     if times[-1] - times[0] <= 0:
         return None
-    return _events_series(times, weights)
+    return _events_series(times, weights, mix.time_resolution_s)
 
 
 def log_grid(mix: CollectiveMix, dt: float, *, end: float) -> GridSeries | None:
     """The NCCL log's timed calls binned at ``dt``, from the first call to ``end``.
 
     Bytes per second, or calls per second when some S is unknown; None without two timed
-    calls.
+    calls. Calls stamped when read are binned per poll at least (see :func:`_events_series`).
     """
     times = mix.call_times
     ok = np.isfinite(times)
@@ -398,10 +414,43 @@ def log_grid(mix: CollectiveMix, dt: float, *, end: float) -> GridSeries | None:
     if not np.isfinite(weights).all() or float(weights.sum()) <= 0:
         weights = np.ones(t.size)
     t0 = float(t.min())
+    if mix.time_resolution_s > dt:  # calls stamped when read: one bin per poll, centred on it
+        dt = mix.time_resolution_s
+        t0 -= 0.5 * dt
     n = max(1, int((max(end, float(t.max())) - t0) / dt) + 1)
     idx = np.minimum(((t - t0) / dt).astype(np.int64), n - 1)
     rate = np.bincount(idx, weights=weights, minlength=n) / dt
     return GridSeries(t0=t0, dt=dt, rate=rate, valid=np.ones(n, dtype=np.bool_))
+
+
+#: Fewest polls per step for calls stamped when they were read: their times are only one
+#: poll fine, and shorter steps alias against the polls.
+MIN_ARRIVAL_POLLS = 4.0
+
+
+def arrival_period(times: FloatArray, resolution_s: float) -> float | None:
+    """The mean step of calls stamped when read, in polls, if their trains come regularly.
+
+    Each step's calls arrive in one poll, or a few in a row; a poll without calls separates two
+    steps. The trains' first polls are the steps, each up to a poll late: their mean interval
+    is T, however the steps beat against the polls (2.3 s steps read every 0.2 s come 11 and
+    12 polls apart in turn, which the period detector took for a 4.6 s period). At least 4
+    intervals, and 80 % of them, must lie within a poll and 10 % of their median; the others
+    (the first read of a log that had grown for a while, a pause) are left out of the mean.
+    Else None: several trains a step, aperiodic calls, or one train (a call in every poll).
+    """
+    if times.size < 2:
+        return None
+    polls = np.unique(np.rint((times - times.min()) / resolution_s).astype(np.int64))
+    starts = polls[np.concatenate(([True], np.diff(polls) > 1))]
+    if starts.size < 5:
+        return None
+    gaps = np.diff(starts).astype(np.float64)
+    median = float(np.median(gaps))
+    regular = gaps[np.abs(gaps - median) <= 1.0 + 0.1 * median]
+    if regular.size < 4 or regular.size < 0.8 * gaps.size:
+        return None
+    return float(regular.mean())
 
 
 def _log_period(
@@ -410,8 +459,32 @@ def _log_period(
     series = log_series(mix)
     if series is None:
         return None
+    res = mix.time_resolution_s
+    steps = None
+    if res > 0:
+        steps = arrival_period(mix.call_times[np.isfinite(mix.call_times)], res)
+        if steps is not None and steps >= MIN_ARRIVAL_POLLS:
+            span = float(np.nanmax(mix.call_times) - np.nanmin(mix.call_times))
+            cycles = span / (steps * res)
+            # Never a one-window lock (0.6): two windows must agree.
+            return PeriodResult(
+                steps * res, 0.5 * min(1.0, cycles / 8.0), cycles=cycles, method="arrivals"
+            )
     rate, dt, t0 = series
-    return estimate_period(rate, dt, t0=t0, settings=settings, expected_period_s=expected_s)
+    result = estimate_period(rate, dt, t0=t0, settings=settings, expected_period_s=expected_s)
+    # Regular steps too short to time leave only the beat of the steps against the polls
+    # (0.47 s steps read every 0.2 s: a 1.4 s "period").
+    if res > 0 and (
+        steps is not None or result.period_s is None or result.period_s < MIN_ARRIVAL_POLLS * res
+    ):
+        why = (
+            f"the NCCL log's COLL lines carry no timestamps: calls are timed when read, every "
+            f"{res:g} s, so steps under {MIN_ARRIVAL_POLLS * res:g} s (or several trains of calls "
+            "a step) cannot be timed; set NCCL_DEBUG_TIMESTAMP_LEVELS=INFO (NCCL >= 2.26), a "
+            "shorter sources.nccl_log.poll_interval_s, or a counter source"
+        )
+        return PeriodResult(None, 0.0, warnings=(*result.warnings, why))
+    return result
 
 
 def _step_bytes(mix: CollectiveMix | None, period: float | None) -> float | None:

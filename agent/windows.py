@@ -592,6 +592,9 @@ class CollectiveWindow:
         self.nranks: int | None = None
         self.processes: set[str] = set()
         self._comms: dict[str, tuple[int, float]] = {}  # commId → (nranks, last call time)
+        # Calls stamped on arrival: the newest one's time, and how coarse their times are.
+        self._coarse_until = -math.inf
+        self._coarse_s = 0.0
 
     def _see_comm(self, comm_id: str | None, nranks: int | None, time_s: float) -> None:
         if comm_id is None:
@@ -655,6 +658,9 @@ class CollectiveWindow:
             self.nranks = max(self.nranks or 0, batch.nranks)
         self.processes.update(batch.processes)
         self._see_comm(batch.comm_id, batch.nranks, batch.time_s)
+        if batch.time_resolution_s > 0 and batch.times.size:
+            self._coarse_until = max(self._coarse_until, float(batch.times.max()))
+            self._coarse_s = batch.time_resolution_s
         if batch.times.size:
             if batch.keys and batch.key_ids.size == batch.times.size:
                 local = np.asarray([self._key_id(k) for k in batch.keys] + [-1], dtype=np.float64)
@@ -674,12 +680,14 @@ class CollectiveWindow:
         if not self.totals:
             return None
         rows = self._ring.since(since)
+        coarse = since is None or self._coarse_until >= since
         return CollectiveMix(
             ops=dict(self.totals),
             nranks=self.nranks,
             call_times=rows[:, 0],
             call_bytes=rows[:, 1],
             processes=len(self.processes),
+            time_resolution_s=self._coarse_s if coarse else 0.0,
         )
 
     def table(self, since: float | None = None, limit: int | None = None) -> CallTable | None:

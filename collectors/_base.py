@@ -200,7 +200,9 @@ class CallBatch:
     maps op → (calls, bytes) within the batch. ``comm_id`` is the commId of the largest
     communicator that made a call in the batch (the job's world communicator), when an Init line
     named it. ``key_ids`` (one per call, indexing ``keys``) says who made each call and to
-    whom; both are empty when the producer cannot say.
+    whom; both are empty when the producer cannot say. ``time_resolution_s`` is 0 when the
+    calls carry NCCL's own timestamps, else the producer's poll interval: calls stamped when
+    they were read are that coarse.
     """
 
     times: npt.NDArray[np.float64]
@@ -211,6 +213,7 @@ class CallBatch:
     comm_id: str | None = None
     key_ids: npt.NDArray[np.int32] = field(default_factory=lambda: _NO_KEYS)
     keys: tuple[CallKey, ...] = ()
+    time_resolution_s: float = 0.0
 
     @property
     def time_s(self) -> float:

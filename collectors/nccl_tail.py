@@ -484,6 +484,7 @@ def decode_texts(
     texts: Iterable[str],
     arrival: float,
     place: Callable[[F64, float], F64],
+    poll_s: float = 0.0,
 ) -> CallBatch | None:
     """The COLL records of new chunks of lines (:meth:`Tailer.poll_text`) as one batch.
 
@@ -491,6 +492,8 @@ def decode_texts(
     decoded a chunk at a time (:meth:`LiveDecoder.decode_chunks`) and accounted with numpy
     and per call kind, not per call. ``place(nccl_timestamps, arrival)`` maps the timestamps
     (NaN: none) onto the agent's clock in call order, as ``time_of`` does one at a time.
+    Calls without a timestamp are stamped ``arrival``: the batch says their times are only
+    ``poll_s`` fine.
     """
     stamps, kinds = decoder.decode_chunks(texts)
     if not kinds.size:
@@ -533,6 +536,7 @@ def decode_texts(
         processes=frozenset(processes),
         comm_id=_job_comm_id(decoder, world),
         key_ids=key_of_used[inverse],
+        time_resolution_s=poll_s if bool(np.isnan(stamps).any()) else 0.0,
         keys=tuple(_call_key(decoder, *who) for who in key_index),
     )
 
@@ -637,7 +641,13 @@ class NcclTail:
             if self._raw:
                 out.extend(LogLine(arrival, path, line) for path, text in polled
                            for line in text.split("\n")[:-1])  # fmt: skip
-            batch = decode_texts(decoder, (text for _, text in polled), arrival, self._times)
+            batch = decode_texts(
+                decoder,
+                (text for _, text in polled),
+                arrival,
+                self._times,
+                self._cfg.poll_interval_s,
+            )
             if batch is not None:
                 tailer.stats.coll_lines += int(batch.times.size)
                 out.append(batch)

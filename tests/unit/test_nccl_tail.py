@@ -465,6 +465,24 @@ def test_bulk_decoding_equals_the_per_line_path(
         assert new_source._lag == old_source._lag
 
 
+def test_a_batch_says_when_its_calls_were_stamped_on_arrival() -> None:
+    """Lines without NCCL's timestamp are stamped when read: the batch's times are then only
+    as fine as the poll (the estimator bins them per poll); timestamped lines keep 0."""
+    coll = (
+        "h:1:1 [0] NCCL INFO AllReduce: opCount 1 sendbuff 0x1 recvbuff 0x1 count 4 "
+        "datatype 7 op 0 root 0 comm 0x9 [nranks=2] stream 0x2\n"
+    )
+    bare = decode_texts(LiveDecoder(), [coll], 5.0, _tail_source()._times, 0.2)
+    assert bare is not None
+    assert bare.times.tolist() == [5.0]
+    assert bare.time_resolution_s == 0.2
+    stamped = decode_texts(
+        LiveDecoder(), ["[2026-12-01 01:00:00.250000] " + coll], 5.0, _tail_source()._times, 0.2
+    )
+    assert stamped is not None
+    assert stamped.time_resolution_s == 0.0
+
+
 def test_bulk_decoding_of_a_simulated_job_equals_the_per_line_path() -> None:
     calls = [LoggedCall(time_s=1.0 + i * 1e-3, op=("AllReduce", "AllGather", "Broadcast")[i % 3],
                         count=1 << (10 + i % 9), datatype=9, local_rank=i % 8)

@@ -478,10 +478,12 @@ def _log_period(
         steps is not None or result.period_s is None or result.period_s < MIN_ARRIVAL_POLLS * res
     ):
         why = (
-            f"the NCCL log's COLL lines carry no timestamps: calls are timed when read, every "
-            f"{res:g} s, so steps under {MIN_ARRIVAL_POLLS * res:g} s (or several trains of calls "
-            "a step) cannot be timed; set NCCL_DEBUG_TIMESTAMP_LEVELS=INFO (NCCL >= 2.26), a "
-            "shorter sources.nccl_log.poll_interval_s, or a counter source"
+            f"the NCCL log's calls are timed to {res:g} s only (COLL lines without a timestamp "
+            "are timed when read; NCCL's default timestamp format has whole seconds), so steps "
+            f"under {MIN_ARRIVAL_POLLS * res:g} s (or several trains of calls a step) cannot be "
+            "timed; set NCCL_DEBUG_TIMESTAMP_LEVELS=WARN,INFO with "
+            'NCCL_DEBUG_TIMESTAMP_FORMAT="[%F %T.%6f] " (NCCL >= 2.26), a shorter '
+            "sources.nccl_log.poll_interval_s, or add a counter source"
         )
         return PeriodResult(None, 0.0, warnings=(*result.warnings, why))
     return result

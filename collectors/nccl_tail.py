@@ -479,6 +479,24 @@ def decode_batch(
     )
 
 
+#: NCCL's default timestamp format, "[%F %T] ", has whole seconds only.
+WHOLE_SECOND_S = 1.0
+
+
+def _resolution(stamps: F64, poll_s: float) -> float:
+    """How coarse a batch's call times are: 0 when NCCL's timestamps have a fraction.
+
+    Calls without a timestamp are stamped when read (``poll_s``); timestamps in NCCL's default
+    format are whole seconds (:data:`WHOLE_SECOND_S`): a fraction of exactly 0 on every one is
+    that format (by chance, one in a million calls of a ``%6f`` format).
+    """
+    finite = stamps[np.isfinite(stamps)]
+    coarse = poll_s if finite.size < stamps.size else 0.0
+    if finite.size and bool(np.all(finite == np.floor(finite))):
+        coarse = max(coarse, WHOLE_SECOND_S)
+    return coarse
+
+
 def decode_texts(
     decoder: LiveDecoder,
     texts: Iterable[str],
@@ -493,7 +511,7 @@ def decode_texts(
     and per call kind, not per call. ``place(nccl_timestamps, arrival)`` maps the timestamps
     (NaN: none) onto the agent's clock in call order, as ``time_of`` does one at a time.
     Calls without a timestamp are stamped ``arrival``: the batch says their times are only
-    ``poll_s`` fine.
+    ``poll_s`` fine (a second, with NCCL's default timestamp format: :func:`_resolution`).
     """
     stamps, kinds = decoder.decode_chunks(texts)
     if not kinds.size:
@@ -536,7 +554,7 @@ def decode_texts(
         processes=frozenset(processes),
         comm_id=_job_comm_id(decoder, world),
         key_ids=key_of_used[inverse],
-        time_resolution_s=poll_s if bool(np.isnan(stamps).any()) else 0.0,
+        time_resolution_s=_resolution(stamps, poll_s),
         keys=tuple(_call_key(decoder, *who) for who in key_index),
     )
 

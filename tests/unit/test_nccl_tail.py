@@ -481,6 +481,12 @@ def test_a_batch_says_when_its_calls_were_stamped_on_arrival() -> None:
     )
     assert stamped is not None
     assert stamped.time_resolution_s == 0.0
+    # NCCL's default format "[%F %T] ": whole seconds
+    whole = decode_texts(
+        LiveDecoder(), ["[2026-12-01 01:00:00] " + coll] * 3, 5.0, _tail_source()._times, 0.2
+    )
+    assert whole is not None
+    assert whole.time_resolution_s == 1.0
 
 
 def test_bulk_decoding_of_a_simulated_job_equals_the_per_line_path() -> None:

@@ -48,6 +48,7 @@ __all__ = [
     "P2P_OPS",
     "PER_RANK_OPS",
     "UNKNOWN_OP",
+    "WHOLE_SECOND_S",
     "CallKind",
     "CallRecord",
     "CollLine",
@@ -111,6 +112,11 @@ CommKey = tuple[str | None, int | None, str]
 # ---------------------------------------------------------------------------------------------
 # Regular expressions
 # ---------------------------------------------------------------------------------------------
+
+
+#: NCCL's default timestamp format, "[%F %T] ", has whole seconds only: call times it gives
+#: are that coarse.
+WHOLE_SECOND_S = 1.0
 
 
 def _rx(pattern: str) -> re.Pattern[str]:

@@ -42,7 +42,7 @@ from agent.errors import ConfigError, SourceUnavailable
 from collectors._base import CallBatch, CallKey, Emit, LogLine, Reading, SourceStats
 from collectors._config import check_interval, doc
 from collectors._sampler import Sampler
-from collectors.nccl_log import MAX_LINE_BYTES, FastCall, LiveDecoder
+from collectors.nccl_log import MAX_LINE_BYTES, WHOLE_SECOND_S, FastCall, LiveDecoder
 
 __all__ = ["NcclTail", "NcclTailConfig", "TailStats", "Tailer", "decode_batch", "decode_texts"]
 
@@ -477,10 +477,6 @@ def decode_batch(
         key_ids=np.array(alike_keys, dtype=np.int32)[call_alike],
         keys=tuple(_call_key(decoder, *who) for who in key_index),
     )
-
-
-#: NCCL's default timestamp format, "[%F %T] ", has whole seconds only.
-WHOLE_SECOND_S = 1.0
 
 
 def _resolution(stamps: F64, poll_s: float) -> float:

@@ -9,9 +9,13 @@ steps, 1.4 s on 0.47 s steps, 4.6 s on 2.3 s steps (a real daemon, measured).
 
 from __future__ import annotations
 
+import datetime as dt
+from pathlib import Path
+
 import numpy as np
 import pytest
 
+from agent.analyze import analyze_files
 from agent.estimate import (
     MIN_ARRIVAL_POLLS,
     CollectiveMix,
@@ -125,3 +129,33 @@ def test_the_window_says_how_coarse_its_calls_are() -> None:
         mix = w.mix(since=since)
         assert mix is not None
         assert mix.time_resolution_s == coarse
+
+
+def _whole_second_log(path: Path, step_s: float, seconds: float) -> None:
+    """An NCCL log with NCCL's default timestamp format, "[%F %T] " (whole seconds)."""
+    start = dt.datetime(2026, 12, 1, 1, 0, 0)
+    lines = []
+    for k in range(int(seconds / step_s)):
+        stamp = (start + dt.timedelta(seconds=0.37 + k * step_s)).strftime("[%F %T] ")
+        lines += [
+            f"{stamp}node1:42:42 [0] NCCL INFO AllReduce: opCount {4 * k + j:x} sendbuff 0x1 "
+            "recvbuff 0x2 count 65536 datatype 7 op 0 root 0 comm 0x3 [nranks=8] stream 0x4"
+            for j in range(4)
+        ]
+    path.write_text("\n".join(lines) + "\n")
+
+
+@pytest.mark.parametrize(("step_s", "expected"), [(5.3, 5.3), (2.3, None)])
+def test_a_log_with_whole_second_timestamps_is_timed_to_the_second(
+    tmp_path: Path, step_s: float, expected: float | None
+) -> None:
+    """`analyze` on a log in NCCL's default timestamp format: steps of 4 s and more are timed
+    by their seconds; shorter ones get no T (and the warning), not the seconds' beat."""
+    log = tmp_path / "nccl.log"
+    _whole_second_log(log, step_s, 120.0)
+    est = analyze_files(nccl_logs=[log]).estimate
+    if expected is None:
+        assert est.period_s is None
+        assert any("timed to 1 s only" in w for w in est.warnings)
+    else:
+        assert est.period_s == pytest.approx(expected, abs=0.05)

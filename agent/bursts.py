@@ -397,6 +397,11 @@ def _between_levels(
     )
 
 
+#: How far (a share of the contrast) the bursts' core may average below the ceiling most of
+#: its samples reach before it is taken for transfers with gaps shorter than a poll inside.
+_PARTIAL_CORE = 0.03
+
+
 def burst_stats(
     rate: FloatArray,
     dt: float,
@@ -472,6 +477,15 @@ def burst_stats(
         else:
             off_level = float(off_vals.mean()) if resolved else _clipped_mean(off_vals)
         core_on = float(on_vals.mean()) if resolved else None
+    if period_s is not None and core_on is not None:
+        core = on_r if width == 1 and polls is not None else on_vals
+        ceiling = _tight_level(core, contrast, floor=False)
+        # Below the ceiling by more than the noise of the core's mean can explain, too.
+        margin = max(_PARTIAL_CORE * contrast, 4.0 * noise / math.sqrt(core.size))
+        if ceiling is not None and ceiling - core_on > margin:
+            between = _between_levels(x, finite, dt, period_s, lo, hi, noise)
+            if between.burst_bandwidth is not None:
+                return between
     b = core_on
     on_level = core_on if core_on is not None else hi
     height = on_level - off_level

@@ -549,8 +549,11 @@ def test_a_live_busy_layer_by_layer_job_reports_d_on_most_locked_hops(phase: flo
     """Its 16-step windows hold 5-20 idle polls (ACKs only) under some 50 partial ones, so the
     idle floor is not the low samples' densest cluster: D was missing on 45 % of the locked
     hops (each gap a stale scrape that reset the bottleneck alert). The floor at the extreme
-    is taken when it stands out: D on at least 80 % of them, median within 0.04 of the busy
-    share (mean rate over the wire rate)."""
+    is taken when it stands out: D on at least 80 % of them. Windows whose bursts did stand
+    clear counted the partial polls inside the layer train as "on" (B 46 MB/s, D 0.85); where
+    the core averages below the line-rate ceiling, B and D are read between the levels too:
+    median B within 3 % of the wire rate, D within 0.02 of the busy share (mean rate over the
+    wire rate)."""
     updates, ends, _ = _replay("tp-gloo-layers", phase, column=1)
     locked = [u for u in updates if u.reported_s is not None and u.time_s <= ends[-1]]
     duty = [u.duty for u in locked if u.duty is not None]
@@ -561,7 +564,9 @@ def test_a_live_busy_layer_by_layer_job_reports_d_on_most_locked_hops(phase: flo
     ]
     first, last = np.interp([0.0, ends[-1]], times, cum)
     busy = (last - first) / ends[-1] / wire
-    assert float(np.median(duty)) == pytest.approx(busy, abs=0.04)
+    assert float(np.median(duty)) == pytest.approx(busy, abs=0.02)
+    rates = [u.burst_bandwidth for u in locked if u.burst_bandwidth is not None]
+    assert float(np.median(rates)) == pytest.approx(wire, rel=0.03)
 
 
 # --- The end of a job -------------------------------------------------------------------------

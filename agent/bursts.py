@@ -479,13 +479,15 @@ def burst_stats(
         core_on = float(on_vals.mean()) if resolved else None
     if period_s is not None and core_on is not None:
         core = on_r if width == 1 and polls is not None else on_vals
-        ceiling = _tight_level(core, contrast, floor=False)
-        # Below the ceiling by more than the noise of the core's mean can explain, too.
+        # Below the ceiling by more than the noise of the core's mean can explain, too. The
+        # median comes first: cheaper than the ceiling's sort, and a plateau's is its mean.
         margin = max(_PARTIAL_CORE * contrast, 4.0 * noise / math.sqrt(core.size))
-        if ceiling is not None and ceiling - core_on > margin:
-            between = _between_levels(x, finite, dt, period_s, lo, hi, noise)
-            if between.burst_bandwidth is not None:
-                return between
+        if float(np.median(core)) - core_on > margin:
+            ceiling = _tight_level(core, contrast, floor=False)
+            if ceiling is not None and ceiling - core_on > margin:
+                between = _between_levels(x, finite, dt, period_s, lo, hi, noise)
+                if between.burst_bandwidth is not None:
+                    return between
     b = core_on
     on_level = core_on if core_on is not None else hi
     height = on_level - off_level

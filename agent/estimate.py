@@ -481,8 +481,8 @@ def _log_period(
             f"the NCCL log's calls are timed to {res:g} s only (COLL lines without a timestamp "
             "are timed when read; NCCL's default timestamp format has whole seconds), so steps "
             f"under {MIN_ARRIVAL_POLLS * res:g} s (or several trains of calls a step) cannot be "
-            "timed; set NCCL_DEBUG_TIMESTAMP_LEVELS=WARN,INFO with "
-            'NCCL_DEBUG_TIMESTAMP_FORMAT="[%F %T.%6f] " (NCCL >= 2.26), a shorter '
+            "timed; set NCCL_DEBUG_TIMESTAMP_LEVELS to WARN,INFO and "
+            'NCCL_DEBUG_TIMESTAMP_FORMAT to "[%F %T.%6f] " (NCCL >= 2.26), a shorter '
             "sources.nccl_log.poll_interval_s, or add a counter source"
         )
         return PeriodResult(None, 0.0, warnings=(*result.warnings, why))
@@ -565,7 +565,8 @@ def estimate(
         elif mix.calls:
             warnings.append(
                 "the NCCL log has no timestamps on its COLL lines, so T cannot come from it: "
-                "set NCCL_DEBUG_TIMESTAMP_LEVELS=INFO (NCCL >= 2.26) or give --counters"
+                "set NCCL_DEBUG_TIMESTAMP_LEVELS to WARN,INFO and NCCL_DEBUG_TIMESTAMP_FORMAT "
+                'to "[%F %T.%6f] " (NCCL >= 2.26; `commpulse wrap` does), or give --counters'
             )
     if period is not None:
         warnings.extend(period.warnings)

@@ -20,6 +20,7 @@ import asyncio
 import logging
 import signal
 import socket
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,6 +33,7 @@ from agent.malloc import limit_arenas
 from agent.pipeline import Pipeline, PipelineSettings, Snapshot, SnapshotStore
 from agent.sinks import MqttSink
 from agent.systemd import Notifier
+from agent.thread_names import name_this_thread
 from collectors._base import Source
 from collectors._sampler import BATCH_S as SAMPLER_BATCH_S
 from collectors._sampler import Sampler
@@ -160,6 +162,10 @@ class Daemon:
 
     async def run(self) -> int:
         """Run until SIGTERM/SIGINT (or :meth:`stop`); returns the exit status."""
+        # The estimator's work runs in the default executor: named threads, as the others.
+        asyncio.get_running_loop().set_default_executor(
+            ThreadPoolExecutor(thread_name_prefix="estimator", initializer=name_this_thread)
+        )
         config = load_config(self._path)
         server = _start_server(self._store, config.exporters.prometheus)
         sink = self._sink_for(config)

@@ -23,6 +23,7 @@ from prometheus_client import make_wsgi_app
 from prometheus_client.registry import CollectorRegistry
 
 from agent.errors import ExportError
+from agent.thread_names import name_this_thread
 
 __all__ = ["MetricsServer", "tls_context"]
 
@@ -102,10 +103,12 @@ class MetricsServer:
         self.port = int(self._server.server_address[1])
         self.address = address
         self.tls = ssl_context is not None
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, name="metrics-http", daemon=True
-        )
+        self._thread = threading.Thread(target=self._serve, name="metrics-http", daemon=True)
         self._thread.start()
+
+    def _serve(self) -> None:
+        name_this_thread()
+        self._server.serve_forever()
 
     def close(self) -> None:
         """Stop serving and release the port."""

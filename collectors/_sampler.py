@@ -26,6 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from agent.clock import Clock, Ticker
+from agent.thread_names import name_this_thread
 from collectors._base import Emit, Reading, coalesce_counters
 
 __all__ = ["BATCH_S", "Sampler"]
@@ -68,6 +69,7 @@ class _Thread:
         )
 
     def _work(self) -> None:
+        name_this_thread()
         ticker = Ticker(self._clock, self.interval_s)
         next_flush = self._clock.now() + self._batch_s
         while True:

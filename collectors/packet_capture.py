@@ -53,6 +53,7 @@ import numpy.typing as npt
 
 from agent.clock import Clock
 from agent.errors import ConfigError, SourceError, SourceUnavailable
+from agent.thread_names import name_this_thread
 from collectors._base import (
     CounterReading,
     DeviceInfo,
@@ -891,6 +892,7 @@ class PacketCapture:
         self.worker = worker
 
         def work() -> None:
+            name_this_thread()
             exc: BaseException | None = None
             try:
                 worker.run(first)

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
+from pathlib import Path
 
 import pytest
 
 from agent.clock import MonotonicClock
+from agent.thread_names import name_this_thread
 from collectors._base import CounterReading, Reading
 from collectors._sampler import Sampler
 from tests.sources import unbatched
@@ -98,3 +101,41 @@ def test_a_new_job_after_the_thread_retired_starts_a_new_thread() -> None:
     asyncio.run(main())
     assert first.n > 0
     assert second.n > 0
+
+
+def _os_name() -> str:
+    return Path(f"/proc/self/task/{threading.get_native_id()}/comm").read_text().strip()
+
+
+def test_the_sampling_thread_has_its_name_in_the_os() -> None:
+    """`top -H` and `ps -L` show "sampler[0.01s]", not "python" for every thread."""
+    seen: list[str] = []
+
+    def sweep() -> list[Reading]:
+        seen.append(_os_name())
+        return []
+
+    async def main() -> None:
+        sampler = Sampler(MonotonicClock())
+        task = asyncio.create_task(sampler.run("named", 0.01, sweep, lambda r: None))
+        await asyncio.sleep(0.1)
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    asyncio.run(main())
+    assert seen
+    assert set(seen) == {"sampler[0.01s]"}
+
+
+def test_a_thread_name_is_cut_to_what_the_kernel_keeps() -> None:
+    names: list[str] = []
+
+    def work() -> None:
+        name_this_thread("estimator-worker-number-7")
+        names.append(_os_name())
+
+    t = threading.Thread(target=work)
+    t.start()
+    t.join()
+    assert names == ["estimator-worke"]

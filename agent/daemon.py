@@ -162,9 +162,10 @@ class Daemon:
 
     async def run(self) -> int:
         """Run until SIGTERM/SIGINT (or :meth:`stop`); returns the exit status."""
-        # The estimator's work runs in the default executor: named threads, as the others.
+        # The estimates (and the dcgm-exporter fetch, NVML start-up, reloads) run in the
+        # default executor: named threads, as the others.
         asyncio.get_running_loop().set_default_executor(
-            ThreadPoolExecutor(thread_name_prefix="estimator", initializer=name_this_thread)
+            ThreadPoolExecutor(thread_name_prefix="worker", initializer=name_this_thread)
         )
         config = load_config(self._path)
         server = _start_server(self._store, config.exporters.prometheus)

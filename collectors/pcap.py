@@ -995,12 +995,7 @@ def _decode_rows(
     ok &= ~has_ports | (c - l4 >= 4)
     dport = ports & np.uint64(0xFFFF)
     roce = has_ports & udp & (dport == ROCEV2_UDP_PORT)
-    if roce.any():
-        bth = g.be64(o + l4 + 8)
-        psn = g.be32(o + l4 + 16) & np.uint64(0xFFFFFF)  # BTH bytes 8-11: ackreq, PSN
-        ok &= ~roce | (c - l4 >= 20)
-    else:
-        bth = psn = np.zeros(n, dtype=np.uint64)
+    ok &= ~roce | (c - l4 >= 20)  # UDP (8) and the whole BTH (12)
     ip &= ok
     has_ports &= ok
     roce &= ok
@@ -1016,20 +1011,10 @@ def _decode_rows(
     cols["dst_port"] = np.where(has_ports, dport.astype(np.int32), np.int32(-1))
     cols["tcp"] = ip & tcp
     cols["udp"] = ip & udp
-    cols["roce"] = roce
-    opcode = bth >> np.uint64(56)
-    cols["cnp"] = roce & (opcode == CNP_OPCODE)
-    cols["bth_opcode"] = np.where(roce, opcode.astype(np.int16), np.int16(-1))
-    dest_qp = bth & np.uint64(0xFFFFFF)
-    cols["dest_qp"] = np.where(roce, dest_qp.astype(np.int32), np.int32(-1))
-    cols["psn"] = np.where(roce, psn.astype(np.int32), np.int32(-1))
-    # AETH syndrome: one byte read, only for ACKs (0x11 / 0x12) whose AETH was captured.
-    acks = np.flatnonzero(roce & ((opcode - np.uint64(0x11)) < np.uint64(2)))
-    if acks.size:
-        aeth = l4[acks] + 20  # UDP (8) + BTH (12)
-        whole = c[acks] - aeth >= 4
-        acks, aeth = acks[whole], aeth[whole]
-        cols["aeth_syndrome"][acks] = g.u8(o[acks] + aeth).astype(np.int16)
+    if roce.any():
+        dest_qp = _bth_columns(g, cols, o, c, roce, o + l4 + 8, CNP_OPCODE)
+    else:
+        dest_qp = np.zeros(n, dtype=np.uint64)
 
     # Keys (word matrices here; FrameColumns views them as fixed-width bytes).
     a3 = g.be64_some(q + 24, ip6)
@@ -1108,6 +1093,37 @@ def _ib_lrh(g: _Gather, o: _I64, c: _I64, lt: int) -> tuple[_U64, _Bool, _I64]:
     return g.be64(at), ok, at
 
 
+def _bth_columns(
+    g: _Gather,
+    cols: dict[str, np.ndarray],
+    o: _I64,
+    c: _I64,
+    has_bth: _Bool,
+    at: _I64,
+    cnp_opcode: int,
+) -> _U64:
+    """The BTH columns of the frames ``has_bth`` (a whole BTH at ``at``); their destination QPs.
+
+    RoCEv2 and InfiniBand share the BTH and differ in where it starts and in the CNP opcode.
+    The AETH syndrome is one byte read, only for ACKs (0x11 / 0x12) whose AETH was captured.
+    """
+    bth = g.be64(at)
+    psn = g.be32(at + 8) & np.uint64(0xFFFFFF)  # BTH bytes 8-11: ackreq, PSN
+    opcode = bth >> np.uint64(56)
+    dest_qp = bth & np.uint64(0xFFFFFF)
+    cols["roce"] = has_bth
+    cols["cnp"] = has_bth & (opcode == cnp_opcode)
+    cols["bth_opcode"] = np.where(has_bth, opcode.astype(np.int16), np.int16(-1))
+    cols["dest_qp"] = np.where(has_bth, dest_qp.astype(np.int32), np.int32(-1))
+    cols["psn"] = np.where(has_bth, psn.astype(np.int32), np.int32(-1))
+    acks = np.flatnonzero(has_bth & ((opcode - np.uint64(0x11)) < np.uint64(2)))
+    if acks.size:
+        aeth = at[acks] + 12
+        whole = c[acks] - (aeth - o[acks]) >= 4
+        cols["aeth_syndrome"][acks[whole]] = g.u8(aeth[whole]).astype(np.int16)
+    return dest_qp
+
+
 def _ib_transport(
     g: _Gather, cols: dict[str, np.ndarray], o: _I64, c: _I64, lrh: _U64, has_lrh: _Bool, at: _I64
 ) -> None:
@@ -1125,21 +1141,8 @@ def _ib_transport(
     ib = has_lrh & (lnh >= 2) & (c - (bth_at - o) >= 12)
     if not ib.any():
         return
-    bth = g.be64(bth_at)
-    psn = g.be32(bth_at + 8) & np.uint64(0xFFFFFF)
-    opcode = bth >> np.uint64(56)
-    dest_qp = bth & np.uint64(0xFFFFFF)
     cols["decoded"] = ib
-    cols["roce"] = ib
-    cols["cnp"] = ib & (opcode == IB_CNP_OPCODE)
-    cols["bth_opcode"] = np.where(ib, opcode.astype(np.int16), np.int16(-1))
-    cols["dest_qp"] = np.where(ib, dest_qp.astype(np.int32), np.int32(-1))
-    cols["psn"] = np.where(ib, psn.astype(np.int32), np.int32(-1))
-    acks = np.flatnonzero(ib & ((opcode - np.uint64(0x11)) < np.uint64(2)))
-    if acks.size:
-        aeth = bth_at[acks] + 12
-        whole = c[acks] - (aeth - o[acks]) >= 4
-        cols["aeth_syndrome"][acks[whole]] = g.u8(aeth[whole]).astype(np.int16)
+    dest_qp = _bth_columns(g, cols, o, c, ib, bth_at, IB_CNP_OPCODE)
     zero = np.uint64(0)
     slid, dlid = lrh & np.uint64(0xFFFF), (lrh >> np.uint64(32)) & np.uint64(0xFFFF)
     head = np.uint64(_IB_KEY_MARK) << np.uint64(56)

@@ -38,7 +38,7 @@ from collectors._base import CallKey
 from collectors.counters_csv import read_counters_csv
 from collectors.gpu_csv import read_gpu_csv
 from collectors.nccl_inspector import InspectorSummary, read_inspector_files
-from collectors.nccl_log import WHOLE_SECOND_S, NcclLogSummary, read_nccl_logs
+from collectors.nccl_log import NcclLogSummary, read_nccl_logs, stamp_resolution
 from collectors.pcap import AckLatency, Capture, bin_bytes, merge_ack_samples, read_capture
 
 __all__ = [
@@ -145,9 +145,6 @@ def _gpu(paths: Sequence[Path]) -> GpuSamples:
 def collective_mix(summary: NcclLogSummary) -> CollectiveMix:
     """The estimator's view of an NCCL log summary."""
     processes = len({(k[0], k[1]) for k in summary.comm_keys}) if summary.comm_keys else 0
-    timed = summary.call_times_s[np.isfinite(summary.call_times_s)]
-    # NCCL's default timestamp format has whole seconds: its call times are that coarse.
-    whole = bool(timed.size) and bool(np.all(timed == np.floor(timed)))
     return CollectiveMix(
         ops={op: (s.count, s.bytes) for op, s in summary.collectives.items()},
         nranks=summary.nranks,
@@ -156,7 +153,8 @@ def collective_mix(summary: NcclLogSummary) -> CollectiveMix:
         warnings=summary.warn_count,
         version=summary.version,
         processes=processes,
-        time_resolution_s=WHOLE_SECOND_S if whole else 0.0,
+        # NCCL's default timestamp format has whole seconds: its call times are that coarse.
+        time_resolution_s=stamp_resolution(summary.call_times_s),
     )
 
 

@@ -72,6 +72,7 @@ __all__ = [
     "parse_timestamp",
     "read_nccl_log",
     "read_nccl_logs",
+    "stamp_resolution",
 ]
 
 #: NCCL datatype id → bytes per element (``ncclTypeSize``; ids from ``src/nccl.h.in``).
@@ -117,6 +118,16 @@ CommKey = tuple[str | None, int | None, str]
 #: NCCL's default timestamp format, "[%F %T] ", has whole seconds only: call times it gives
 #: are that coarse.
 WHOLE_SECOND_S = 1.0
+
+
+def stamp_resolution(stamps: npt.NDArray[np.float64]) -> float:
+    """How coarse NCCL timestamps are (NaN: no timestamp): 0, or a whole second.
+
+    Every stamp a whole second is NCCL's default format (:data:`WHOLE_SECOND_S`); by chance,
+    a ``%6f`` stamp is whole in one call of a million.
+    """
+    finite = stamps[np.isfinite(stamps)]
+    return WHOLE_SECOND_S if finite.size and bool(np.all(finite == np.floor(finite))) else 0.0
 
 
 def _rx(pattern: str) -> re.Pattern[str]:

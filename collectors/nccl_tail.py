@@ -42,7 +42,7 @@ from agent.errors import ConfigError, SourceUnavailable
 from collectors._base import CallBatch, CallKey, Emit, LogLine, Reading, SourceStats
 from collectors._config import check_interval, doc
 from collectors._sampler import Sampler
-from collectors.nccl_log import MAX_LINE_BYTES, WHOLE_SECOND_S, FastCall, LiveDecoder
+from collectors.nccl_log import MAX_LINE_BYTES, FastCall, LiveDecoder, stamp_resolution
 
 __all__ = ["NcclTail", "NcclTailConfig", "TailStats", "Tailer", "decode_batch", "decode_texts"]
 
@@ -483,14 +483,10 @@ def _resolution(stamps: F64, poll_s: float) -> float:
     """How coarse a batch's call times are: 0 when NCCL's timestamps have a fraction.
 
     Calls without a timestamp are stamped when read (``poll_s``); timestamps in NCCL's default
-    format are whole seconds (:data:`WHOLE_SECOND_S`): a fraction of exactly 0 on every one is
-    that format (by chance, one in a million calls of a ``%6f`` format).
+    format are whole seconds (:func:`~collectors.nccl_log.stamp_resolution`).
     """
-    finite = stamps[np.isfinite(stamps)]
-    coarse = poll_s if finite.size < stamps.size else 0.0
-    if finite.size and bool(np.all(finite == np.floor(finite))):
-        coarse = max(coarse, WHOLE_SECOND_S)
-    return coarse
+    unstamped = poll_s if bool(np.isnan(stamps).any()) else 0.0
+    return max(unstamped, stamp_resolution(stamps))
 
 
 def decode_texts(

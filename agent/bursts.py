@@ -216,18 +216,31 @@ def _bridge_late_counts(
     length = dip_end - dip_start
     # The catch-up may straddle a poll (a partial sample first): look (length + 2) samples on.
     catch_end = np.minimum(dip_end + length + 2, ends[1:])
+    short = np.flatnonzero(length <= _MAX_LAG_SAMPLES)
+    if not finite.all():
+        missing = np.concatenate(([0], np.cumsum(~finite)))
+        # No unknown slot in the dip.
+        short = short[missing[dip_end[short]] == missing[dip_start[short]]]
+    if not short.size:
+        return on
     # Cheap screen against the on level before the closer look at each candidate: the
-    # catch-up must hold at least a quarter of the bytes the dip lacked.
-    filled = np.where(finite, u, 0.0)
-    csum_deficit = np.concatenate(([0.0], np.cumsum(1.0 - filled)))
-    csum_excess = np.concatenate(([0.0], np.cumsum(np.maximum(filled - 1.0, 0.0))))
-    deficit = csum_deficit[dip_end] - csum_deficit[dip_start]
-    excess = csum_excess[catch_end] - csum_excess[dip_end]
-    missing = np.concatenate(([0], np.cumsum(~finite)))
-    whole = missing[dip_end] == missing[dip_start]  # no unknown slot in the dip
-    candidates = np.flatnonzero(
-        (length <= _MAX_LAG_SAMPLES) & whole & (deficit > 0) & (excess >= 0.25 * deficit)
-    )
+    # catch-up must hold at least a quarter of the bytes the dip lacked. Dips and catch-ups
+    # are a few samples each, gathered as rows (a cumulative sum of the whole series cost
+    # more than the rest of this function on a long window).
+    steps = np.arange(_MAX_LAG_SAMPLES + 2)[None, :]
+    last = u.size - 1
+
+    def rows(first: npt.NDArray[np.int64], stop: npt.NDArray[np.int64]) -> FloatArray:
+        at = first[:, None] + steps
+        vals = u[np.minimum(at, last)]
+        out: FloatArray = np.where((at < stop[:, None]) & np.isfinite(vals), vals, 0.0)
+        return out
+
+    deficit = np.where(
+        steps < length[short][:, None], 1.0 - rows(dip_start[short], dip_end[short]), 0.0
+    ).sum(axis=1)
+    excess = np.maximum(rows(dip_end[short], catch_end[short]) - 1.0, 0.0).sum(axis=1)
+    candidates = short[(deficit > 0) & (excess >= 0.25 * deficit)]
     if not candidates.size:
         return on
     out = on.copy()

@@ -49,6 +49,7 @@ __all__ = [
 
 FloatArray = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]
+IntArray = npt.NDArray[np.int64]
 
 #: One-sided 0.9995 quantile of Student's t by degrees of freedom (1..30); beyond, the normal.
 _T_9995 = (
@@ -630,18 +631,33 @@ def _confirmed(finer: PyramidLevel, det: LevelDetection, cfg: DetectorSettings) 
 # Edge timing
 
 
-def _step_positions(u: FloatArray, crossings: FloatArray, rising: BoolArray) -> FloatArray:
-    """Least-squares positions of 0 → 1 (or 1 → 0) steps near the given crossings.
+def _last_at_or_before(where: IntArray, at: IntArray) -> IntArray:
+    """For each index in ``at``, the largest of the sorted indices ``where`` not after it (-1)."""
+    pos = np.searchsorted(where, at, side="right") - 1
+    out: IntArray = np.where(pos >= 0, where[np.maximum(pos, 0)] if where.size else -1, -1)
+    return out
+
+
+def _step_positions(
+    raw: FloatArray,
+    crossings: FloatArray,
+    rising: BoolArray,
+    *,
+    off: float = 0.0,
+    on: float = 1.0,
+) -> FloatArray:
+    """Least-squares positions of off → on (or on → off) steps near the given crossings.
 
     With counter semantics a step at ``e`` (sample ``i`` covers ``[i, i+1)``) leaves one
-    partial sample, ``u_m = m + 1 − e`` for a rise, between plateaus of 0 and 1. For each
-    candidate sample ``m`` within two of the crossing the best ``e`` is read off ``u_m``, and
-    the candidate whose plateaus fit the raw samples best (seven samples around the step)
-    wins: the partial sample alone places the step, where a 50 % crossing of smoothed
-    samples spreads the noise of all the samples the smoothing averaged. Steps with another
-    step within 4.5 samples (short bursts or gaps) keep their crossing.
+    partial sample, ``u_m = m + 1 − e`` for a rise (``u`` = ``raw`` scaled so that ``off`` is
+    0 and ``on`` is 1), between plateaus of 0 and 1. For each candidate sample ``m`` within
+    two of the crossing the best ``e`` is read off ``u_m``, and the candidate whose plateaus
+    fit the raw samples best (seven samples around the step) wins: the partial sample alone
+    places the step, where a 50 % crossing of smoothed samples spreads the noise of all the
+    samples the smoothing averaged. Steps with another step within 4.5 samples (short bursts
+    or gaps) keep their crossing. Only the seven samples around each step are read.
     """
-    n = u.size
+    n = raw.size
     out = crossings.astype(np.float64).copy()
     if crossings.size == 0:
         return out
@@ -652,28 +668,29 @@ def _step_positions(u: FloatArray, crossings: FloatArray, rising: BoolArray) -> 
     if not ok.any():
         return out
     k, up = k[ok], rising[ok]
-    zero = np.concatenate(([0.0], np.cumsum(u**2)))
-    one = np.concatenate(([0.0], np.cumsum((u - 1.0) ** 2)))
-    # The window is cut at the series' ends (a step in the first samples still has its
-    # partial sample); candidates outside it are not candidates.
-    lo_w = np.maximum(k - 3, 0)[:, None]
-    hi_w = np.minimum(k + 4, n)[:, None]  # exclusive
-    raw_m = k[:, None] + np.arange(-2, 3)[None, :]
-    inside = (raw_m >= lo_w) & (raw_m < hi_w)
-    m = np.clip(raw_m, lo_w, hi_w - 1)
-    part = np.clip(u[m], 0.0, 1.0)
-    resid = np.where(inside, (u[m] - part) ** 2, np.inf)
+    # The seven samples k-3 .. k+3, cut at the series' ends (a step in the first samples
+    # still has its partial sample): samples outside it weigh nothing, and candidates outside
+    # it are not candidates.
+    at = k[:, None] + np.arange(-3, 4)[None, :]
+    inside = (at >= 0) & (at < n)
+    u = (raw[np.clip(at, 0, n - 1)] - off) / (on - off)
+    # Squared distance of each sample to plateau 0 and to plateau 1, summed left to right.
+    zero = np.zeros((k.size, 8))
+    one = np.zeros((k.size, 8))
+    np.cumsum(np.where(inside, u**2, 0.0), axis=1, out=zero[:, 1:])
+    np.cumsum(np.where(inside, (u - 1.0) ** 2, 0.0), axis=1, out=one[:, 1:])
+    col = np.arange(1, 6)[None, :]  # candidates m = k-2 .. k+2, as columns of ``at``
+    rows = np.arange(k.size)[:, None]
+    um = u[rows, col]
+    part = np.clip(um, 0.0, 1.0)
+    resid = np.where(inside[rows, col], (um - part) ** 2, np.inf)
     # Before the partial sample: plateau 0 for a rise, 1 for a fall; after it, the other.
-    before_0 = zero[m] - zero[lo_w]
-    before_1 = one[m] - one[lo_w]
-    after_0 = zero[hi_w] - zero[m + 1]
-    after_1 = one[hi_w] - one[m + 1]
-    upc = up[:, None]
-    cost = np.where(upc, before_0 + after_1, before_1 + after_0) + resid
+    before_0, before_1 = zero[rows, col], one[rows, col]
+    after_0, after_1 = zero[:, 7:8] - zero[rows, col + 1], one[:, 7:8] - one[rows, col + 1]
+    cost = np.where(up[:, None], before_0 + after_1, before_1 + after_0) + resid
     best = np.argmin(cost, axis=1)
-    rows = np.arange(k.size)
-    mb = m[rows, best]
-    pb = part[rows, best]
+    mb = k + best - 2
+    pb = part[np.arange(k.size), best]
     out[ok] = np.where(up, mb + 1.0 - pb, mb + pb)
     return out
 
@@ -705,20 +722,26 @@ def edge_timing(x: FloatArray, dt: float, period_s: float, *, t0: float = 0.0) -
         width = math.ceil((noise / 0.1) ** 2)
         width = int(min(width, max(1, period_n / 8)))
         u = boxcar(u, width)
-    state = np.full(u.size, -1, dtype=np.int64)
-    idx = np.arange(u.size)
-    marks = np.where(u >= 0.65, idx, np.where(u <= 0.35, idx, -1))
-    last = np.maximum.accumulate(marks)
-    valid = last >= 0
-    state[valid] = (u[last[valid]] >= 0.65).astype(np.int64)
-    changes = np.flatnonzero((state[1:] != state[:-1]) & (state[:-1] >= 0)) + 1
-    csum = np.concatenate(([0.0], np.cumsum(np.clip(u, 0.0, None))))
+    # Hysteresis: the state is that of the last sample at or above 0.65 (on) or at or below
+    # 0.35 (off); it changes at a mark of the other kind than the mark before it. Only the
+    # marks are looked at, not every sample's state (64 k samples per window at 1 kHz).
+    on_mark = u >= 0.65
+    marks = np.flatnonzero(on_mark | (u <= 0.35))
+    kind = on_mark[marks]
+    switch = np.flatnonzero(kind[1:] != kind[:-1]) + 1
+    changes = marks[switch]
+    rising = kind[switch]
+    csum = np.empty(u.size + 1)
+    csum[0] = 0.0
+    np.cumsum(np.clip(u, 0.0, None), out=csum[1:])
     # Each change of state is timed at the 50 % crossing just before it: one past the last
     # sample on the other side of 0.5 (vectorised; the changes alternate rise / fall).
-    rising = state[changes] == 1
-    last_below = np.maximum.accumulate(np.where(u < 0.5, idx, -1))
-    last_above = np.maximum.accumulate(np.where(u >= 0.5, idx, -1))
-    before = np.where(rising, last_below[changes - 1], last_above[changes - 1])
+    upper = u >= 0.5
+    before = np.where(
+        rising,
+        _last_at_or_before(np.flatnonzero(~upper), changes - 1),
+        _last_at_or_before(np.flatnonzero(upper), changes - 1),
+    )
     j = np.minimum(before, changes - 1) + 1
     keep = j > 0
     rising, j = rising[keep], j[keep]
@@ -733,7 +756,7 @@ def edge_timing(x: FloatArray, dt: float, period_s: float, *, t0: float = 0.0) -
         # and a partial sample scaled by them would misplace its step by its own fraction.
         off, on = median(raw[~high]), median(raw[high])
         if on > off:
-            position = _step_positions((raw - off) / (on - off), position, rising)
+            position = _step_positions(raw, position, rising, off=off, on=on)
     times = t0 + dt * position
     first_rise = int(np.argmax(rising)) if rising.any() else rising.size
     rising, times = rising[first_rise:], times[first_rise:]  # a fall needs a rise before it

@@ -181,6 +181,8 @@ class EdgeTiming:
     step_period_s: float = math.nan
     #: Longest rise-to-rise interval over the median one.
     longest_step: float = math.inf
+    #: Falling edges of the main bursts that have ended (none from pulse timing).
+    falling_s: FloatArray = field(default_factory=lambda: np.empty(0), repr=False)
 
 
 @dataclass(frozen=True)
@@ -820,7 +822,7 @@ def edge_timing(x: FloatArray, dt: float, period_s: float, *, t0: float = 0.0) -
     if not regular.any():
         return EdgeTiming(
             period_s, math.inf, 0.0, bursts_per_period, 0, rise, step_cv, mass_cv, step_period,
-            longest,
+            longest, fall,
         )  # fmt: skip
     # The mean period over all cycles of the run, for rising and falling edges: every interval
     # counts (dropping irregular ones would bias T under random-walk jitter: a long step
@@ -852,7 +854,7 @@ def edge_timing(x: FloatArray, dt: float, period_s: float, *, t0: float = 0.0) -
     cycles = round(span / t_edges) if t_edges > 0 else 0
     return EdgeTiming(
         t_edges, cv, regular_fraction, bursts_per_period, cycles, rise, step_cv, mass_cv,
-        step_period, longest,
+        step_period, longest, fall,
     )  # fmt: skip
 
 

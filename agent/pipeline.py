@@ -626,7 +626,10 @@ class Pipeline:
                 if relocked is not None:
                     update = replace(update, period_s=relocked, changed=True)
                     keep_from = watch.keep_from(
-                        self._clock.now(), relocked, self._cfg.restart_periods
+                        self._clock.now(),
+                        relocked,
+                        self._cfg.restart_periods,
+                        self._cfg.min_window_s,
                     )
                     log.info("sync period changed: T = %.4g s (re-locked)", relocked)
             if update.period_s is None or was_locked is None or update.changed:
@@ -727,10 +730,12 @@ class Pipeline:
     async def _recent_watch(self, inputs: EstimateInputs, locked_s: float) -> RecentWatch:
         """The step-change watch over the last few locked periods, off the loop.
 
-        Its edge fallback reads the locked window's grid of the same direction (``inputs``).
+        Its edge fallback reads the locked window's grid of the same direction (``inputs``),
+        and the whole ring's for the steps before it.
         """
-        _, grids = self._network(since=self._window_start(self._cfg.change_window_periods))
+        source, grids = self._network(since=self._window_start(self._cfg.change_window_periods))
         chosen = busier_direction(grids) if grids else None
+        direction: Direction | None = None
         if chosen is not None:
             direction, recent = chosen
             edges_from = inputs.network.get(direction)
@@ -751,7 +756,14 @@ class Pipeline:
                 return RecentWatch(None)
             recent = log_recent
         try:
-            return await asyncio.to_thread(watch_recent, recent, locked_s, edges_from=edges_from)
+            watch = await asyncio.to_thread(watch_recent, recent, locked_s, edges_from=edges_from)
+            if watch.step is not None and watch.step.decisive and source and direction:
+                # Rare (a change of step, or two stalls in a row): only then the whole ring.
+                history_from = self._state.counters[source].grids().get(direction)
+                watch = await asyncio.to_thread(
+                    watch_recent, recent, locked_s, edges_from=edges_from, history_from=history_from
+                )
+            return watch
         except Exception:  # the watches are advisory: never let them stop the estimates
             log.exception("step-change watch failed on this window")
             return RecentWatch(None)

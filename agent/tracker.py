@@ -95,6 +95,26 @@ class StepChange:
     since_s: float  # rising edge of the first burst of the new run
     last_s: float  # rising edge of the newest burst
     intervals: int
+    #: So far outside the locked traffic's own step spread that it needs no second look.
+    decisive: bool = False
+
+
+#: Two new intervals are decisive when each lies this many times the locked traffic's interval
+#: spread off the lock (and at least ``differ``), on the same side: 30 % off a job whose steps
+#: spread 2 % is 15 of its σ, while under 10 % step spread it takes the usual longer run.
+DECISIVE_SPREADS = 6.0
+DECISIVE_RUN = 2
+#: Fewest older intervals (at about the locked period) that measure that spread.
+DECISIVE_HISTORY = 6
+
+
+def _locked_spread(gaps: npt.NDArray[np.float64], locked_s: float) -> float | None:
+    """Spread of single-step intervals near the locked period (None: too few of them)."""
+    rel = gaps / (np.maximum(1.0, np.round(gaps / locked_s)) * locked_s)
+    near = rel[np.abs(rel - 1.0) <= 0.25]
+    if near.size < DECISIVE_HISTORY:
+        return None
+    return float(np.std(near))
 
 
 def step_change(
@@ -105,6 +125,8 @@ def step_change(
     agree: float = 0.08,
     differ: float = 0.1,
     max_ratio: float = STEP_RATIO,
+    falling_s: npt.NDArray[np.float64] | None = None,
+    history: tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]] | None = None,
 ) -> StepChange | None:
     """The newest run of burst intervals that agree with each other but not with the lock.
 
@@ -116,10 +138,36 @@ def step_change(
     than ``max_ratio`` times the old one (or less than its inverse) is left to the other
     watches: at such ratios the edges may be those of the bursts inside a step (layer trains,
     micro-batches), not of the steps.
+
+    Two newest intervals are enough when the locked traffic was steady and the bursts' ends
+    (``falling_s``) say the same: each of the two newest rise-to-rise and fall-to-fall
+    intervals must lie ``DECISIVE_SPREADS`` times the spread of the older intervals off the
+    lock, on the same side (the interval that straddles the change, part old and part new,
+    is left out of the new period). One slow step moves two rise-to-rise intervals when its
+    burst is slow too, but only one fall-to-fall interval. No older interval may lie as far
+    off on that side: a job that stalls now and then shows it there, and two stalls in a row
+    are no new step time. ``history`` (rises and falls of a longer window, the whole ring)
+    looks further back than ``rising_s``. Such a run is ``decisive``: the tracker re-locks on
+    it without waiting for a newer burst.
     """
-    if rising_s.size < min_intervals + 1 or locked_s <= 0:
+    if rising_s.size < 3 or locked_s <= 0:
         return None
     gaps = np.diff(rising_s)
+    fast = None
+    if falling_s is not None and falling_s.size >= 3:
+        old_r, old_f = history if history is not None else (rising_s, falling_s)
+        fast = _decisive(rising_s, old_r, locked_s, agree=agree, differ=differ)
+        fall = _decisive(falling_s, old_f, locked_s, agree=agree, differ=differ)
+        if fast is None or fall is None or abs(fall / fast - 1.0) > agree:
+            fast = None
+    if fast is not None and 1.0 / max_ratio <= fast / locked_s <= max_ratio:
+        # The older of the two may be the interval that straddles the change: the new run is
+        # taken to start at its end, so that nothing of the old traffic stays in the window.
+        return StepChange(
+            fast, float(rising_s[-DECISIVE_RUN]), float(rising_s[-1]), DECISIVE_RUN, decisive=True
+        )
+    if rising_s.size < min_intervals + 1:
+        return None
     run = 0
     for k in range(gaps.size - 1, -1, -1):
         tail = gaps[k:]
@@ -148,30 +196,88 @@ class RecentWatch:
     step: StepChange | None = None
     since_s: float | None = None  # start of the short window the period was found in
 
-    def keep_from(self, now: float, relocked_s: float, restart_periods: float) -> float:
+    def keep_from(
+        self,
+        now: float,
+        relocked_s: float,
+        restart_periods: float,
+        min_window_s: float = 0.0,
+    ) -> float:
         """Where the window restarts after re-locking on this watch's evidence.
 
         ``restart_periods`` new periods back, but never before the evidence for the new period
         (the short window that showed it, or the first burst of the new run in the edges):
         older data is the old traffic, and left in the window it would bias every estimate
-        until it aged out of the locked window (16 periods).
+        until it aged out of the locked window (16 periods). Nor later than ``min_window_s``
+        back: a window cut shorter is not estimated, and T would leave the scrape until it
+        regrew (a decisive step re-locks on a run of one new period).
         """
         keep = now - restart_periods * relocked_s
         if self.period_s is not None and self.since_s is not None:
             keep = max(keep, self.since_s)
         elif self.step is not None:
             keep = max(keep, self.step.since_s - 0.25 * relocked_s)
-        return keep
+        return min(keep, now - min_window_s)
+
+
+def _decisive(
+    edges: npt.NDArray[np.float64],
+    older: npt.NDArray[np.float64],
+    locked_s: float,
+    *,
+    agree: float,
+    differ: float,
+) -> float | None:
+    """The newest interval when it and the one before are far outside the locked spread.
+
+    The one before may straddle the change (part old, part new traffic): it votes, but only
+    the newest interval, wholly new, times the new period. The locked traffic's intervals are
+    those of ``older`` (the same edges, or a longer window's) that end before the interval
+    before the pair, which may straddle the change too.
+    """
+    if edges.size < DECISIVE_RUN + 2:
+        return None
+    new = np.diff(edges[-DECISIVE_RUN - 1 :])
+    mean = float(new.mean())
+    if float(np.max(np.abs(new / mean - 1.0))) > agree:
+        return None
+    history = np.diff(older[older <= edges[-DECISIVE_RUN - 2] + 0.25 * locked_s])
+    spread = _locked_spread(history, locked_s)
+    if spread is None:
+        return None
+    off = new / locked_s - 1.0
+    bar = max(differ, DECISIVE_SPREADS * spread)
+    if not (bool(np.all(off > bar)) or bool(np.all(off < -bar))):
+        return None
+    # A job whose steps stall now and then (a data-loader hiccup, a slow host) shows such
+    # steps in its history too; two in a row are no new step time.
+    single = history / locked_s - 1.0
+    single = single[np.abs(single) < 0.5]
+    if bool(np.any(single > bar)) if off[0] > 0 else bool(np.any(single < -bar)):
+        return None
+    # Whole multiples or fractions of the lock are missed or split bursts (two bursts in a row
+    # lost in a real FSDP job's noise read as two intervals of 2T): the longer run decides.
+    ratio = mean / locked_s
+    for k in (2.0, 3.0):
+        if abs(ratio / k - 1.0) <= bar or abs(ratio * k - 1.0) <= bar:
+            return None
+    return float(new[-1])
 
 
 def watch_recent(
-    recent: GridSeries, locked_s: float, *, edges_from: GridSeries | None = None
+    recent: GridSeries,
+    locked_s: float,
+    *,
+    edges_from: GridSeries | None = None,
+    history_from: GridSeries | None = None,
 ) -> RecentWatch:
     """The step-change watch: the period of a short recent window, else burst intervals.
 
     When the short window has no period of its own (it straddles a change), the newest burst
     intervals of ``edges_from`` (a longer window: the locked one) are searched for a run at a
-    new period; a window of a few old periods holds too few of the new, longer ones.
+    new period; a window of a few old periods holds too few of the new, longer ones. A run
+    that would be decisive is checked against the steps of ``history_from`` (the whole ring)
+    as well: a stall a minute ago says the job stalls.
     """
     result = estimate_period(recent.rate, recent.dt, t0=recent.t0)
     if result.period_s is not None:
@@ -180,7 +286,16 @@ def watch_recent(
     timing = edge_timing(grid.rate, grid.dt, locked_s, t0=grid.t0)
     if timing is None:
         return RecentWatch(None)
-    return RecentWatch(None, step_change(timing.rising_s, locked_s))
+    step = step_change(timing.rising_s, locked_s, falling_s=timing.falling_s)
+    if step is not None and step.decisive and history_from is not None:
+        long = edge_timing(history_from.rate, history_from.dt, locked_s, t0=history_from.t0)
+        step = step_change(
+            timing.rising_s,
+            locked_s,
+            falling_s=timing.falling_s,
+            history=(long.rising_s, long.falling_s) if long is not None else None,
+        )
+    return RecentWatch(None, step)
 
 
 def whole_window_period(grid: GridSeries) -> float | None:
@@ -306,12 +421,13 @@ class PeriodTracker:
         the second one rests on a newer burst: at a hop shorter than T, consecutive windows
         see the same edges, which would confirm nothing. Stray jittered intervals rarely pass:
         the next interval breaks their run, and a window without a run resets the challenger.
-        A period more than ``STEP_RATIO`` off the lock is no challenger: a short window of a
+        A ``decisive`` step (two intervals far outside the locked traffic's spread) re-locks
+        alone. A period more than ``STEP_RATIO`` off the lock is no challenger: a short window of a
         ZeRO step that shows only its layer train would otherwise re-lock on the layers.
         """
-        evidence, edge = period_s, None
+        evidence, edge, decisive = period_s, None, False
         if evidence is None and step is not None:
-            evidence, edge = step.period_s, step.last_s
+            evidence, edge, decisive = step.period_s, step.last_s, step.decisive
         if (
             self._locked is None
             or evidence is None
@@ -320,7 +436,7 @@ class PeriodTracker:
         ):
             self._challenger = self._challenger_edge = None
             return None
-        if (
+        if decisive or (
             self._challenger is not None
             and _close(evidence, self._challenger, self._agree)
             and (edge is None or self._challenger_edge is None or edge > self._challenger_edge)

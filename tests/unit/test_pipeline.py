@@ -282,6 +282,50 @@ def test_an_nccl_only_host_re_locks_soon_after_the_step_time_changes() -> None:
     assert (settled - 6.0) / 0.33 <= 12.0, after
 
 
+class ChangingSquareWave(SquareWaveCounters):
+    """:class:`SquareWaveCounters` whose period becomes ``after`` at ``change_s`` (a multiple
+    of the first period: a step boundary)."""
+
+    def __init__(self, period: float, after: float, change_s: float) -> None:
+        super().__init__(period=period)
+        self.after = after
+        self.change_s = change_s
+
+    def _wave_seconds(self, t: float) -> float:
+        if t <= self.change_s:
+            return super()._wave_seconds(t)
+        k, phase = divmod(t - self.change_s, self.after)
+        new = k * 0.3 * self.after + min(phase, 0.3 * self.after)
+        return super()._wave_seconds(self.change_s) + new
+
+
+def test_a_steady_job_is_re_locked_within_three_of_its_new_steps() -> None:
+    """Counters of a steady job whose 1 s steps become 1.3 s: two new steps 30 % longer,
+    rises and falls alike, while none of its earlier steps strayed 10 %, re-lock at once (the
+    decisive step change): 2.5 new steps after the change, where a run of three new intervals
+    and a newer burst to confirm it took 3.3. T never leaves the scrape on the way: the
+    window the re-lock keeps is long enough to estimate."""
+    wave = ChangingSquareWave(1.0, 1.3, 12.0)
+    seen = _run(wave, PipelineSettings(hop_s=0.25, counter_rate_hz=200), 19.0)
+    assert wave.started is not None
+    before = [s for s in seen if 9.0 <= s.time_s - wave.started <= 12.0]
+    assert before
+    assert all(s.locked and s.estimate.period_s == pytest.approx(1.0, rel=0.02) for s in before)
+    after = [s for s in seen if s.time_s - wave.started > 12.0]
+    assert all(s.locked and s.estimate is not None for s in after)
+    settled = next(
+        (
+            s.time_s - wave.started
+            for i, s in enumerate(after)
+            if all(a.estimate.period_s == pytest.approx(1.3, rel=0.02) for a in after[i:])
+        ),
+        None,
+    )
+    assert settled is not None, [(s.time_s - wave.started, s.estimate) for s in after]
+    # 2.5 new steps, and two hops of slack for a busy host.
+    assert settled - 12.0 <= 3.75, settled
+
+
 class EndingTrains(NcclTrains):
     """:class:`NcclTrains` with 4 ms between a train's calls, which stop after ``stop_s``."""
 

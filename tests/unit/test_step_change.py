@@ -37,6 +37,103 @@ def test_bursts_inside_a_step_are_not_a_new_step_time() -> None:
     assert step_change(np.arange(8) * 5.0, 2.0) is None  # 2.5x the lock: left to the others
 
 
+STEADY_EDGES = 10.0 + np.cumsum([1.0, 0.98, 1.02, 1.01, 0.99, 1.0, 1.02, 0.98, 1.0])
+#: Each burst of the steady job lasts 0.3 s.
+BURST_S = 0.3
+
+
+def _change(*new_steps: float, edges: np.ndarray = STEADY_EDGES) -> tuple[np.ndarray, np.ndarray]:
+    """Rises and falls of the steady job followed by bursts ``new_steps`` apart."""
+    rises = np.array([*edges, *(edges[-1] + np.cumsum(new_steps))])
+    return rises, rises + BURST_S
+
+
+def test_two_new_intervals_far_outside_a_steady_jobs_spread_are_a_decisive_change() -> None:
+    """A steady job (1-2 % step spread) whose steps become 1.3 s: the two newest intervals
+    are 15 of its σ off the lock, which no run of its own steps ever is. The older one
+    straddles the change (1.17 s, part old, part new): the newest one alone times the new
+    step, and the new run starts at the end of the straddling one."""
+    rises, falls = _change(1.17, 1.31)
+    got = step_change(rises, 1.0, falling_s=falls)
+    assert got is not None
+    assert got.decisive
+    assert got.period_s == pytest.approx(1.31)
+    assert got.since_s == pytest.approx(rises[-2])
+    assert got.last_s == pytest.approx(rises[-1])
+    # Shorter steps too.
+    rises, falls = _change(0.8, 0.75)
+    short = step_change(rises, 1.0, falling_s=falls)
+    assert short is not None
+    assert short.decisive
+    assert short.period_s == pytest.approx(0.75)
+    # Without the falls, the rises alone are not enough.
+    assert step_change(rises, 1.0) is None
+
+
+def test_two_new_intervals_are_not_decisive_under_step_jitter_nor_without_history() -> None:
+    # 10 % step spread: 1.3 s is 3 of its σ, which a pair of its own steps can reach.
+    jittery = 10.0 + np.cumsum([1.0, 0.85, 1.12, 0.95, 1.1, 0.88, 1.05, 0.92, 1.13])
+    rises, falls = _change(1.3, 1.3, edges=jittery)
+    assert step_change(rises, 1.0, falling_s=falls) is None
+    # Fewer than six older steps measure no spread.
+    rises, falls = _change(1.3, 1.3, edges=np.array([20.0, 21.0, 22.0, 23.0, 24.0]))
+    assert step_change(rises, 1.0, falling_s=falls) is None
+    # The pair must agree (within 8 % of its mean): 1.3 s then 1.6 s is no new step yet.
+    rises, falls = _change(1.3, 1.6)
+    assert step_change(rises, 1.0, falling_s=falls) is None
+
+
+def test_one_slow_step_moves_two_rise_intervals_but_one_fall_interval() -> None:
+    """A step 40 % slow in its compute and its burst: the next rise comes 0.28 s late and the
+    one after 0.12 s (the longer burst), two rise intervals 12 % and more off the lock; its
+    fall comes 0.4 s late, and the fall after it on time again."""
+    rises = np.array([*STEADY_EDGES, STEADY_EDGES[-1] + 1.28, STEADY_EDGES[-1] + 2.4])
+    falls = rises + BURST_S
+    falls[-2] += 0.12  # the slow step's burst lasts 0.42 s
+    assert step_change(rises, 1.0, falling_s=falls) is None
+
+
+def test_stalls_in_the_longer_history_make_two_slow_steps_no_change() -> None:
+    """Two slow steps in a row look like a change in the locked window's 10 steps, but the
+    whole ring shows the job stalling like that a minute earlier: no decisive run."""
+    rises, falls = _change(1.35, 1.38)
+    assert step_change(rises, 1.0, falling_s=falls) is not None  # the locked window alone
+    earlier = 10.0 - np.cumsum([1.0, 1.01, 1.36, 0.99, 1.0, 0.98, 1.02, 1.0, 0.99, 1.01])[::-1]
+    old_r = np.concatenate((earlier, rises))
+    stalled = step_change(rises, 1.0, falling_s=falls, history=(old_r, old_r + BURST_S))
+    assert stalled is None
+    steady = 10.0 - np.cumsum([1.0, 1.01, 0.99, 0.99, 1.0, 0.98, 1.02, 1.0, 0.99, 1.01])[::-1]
+    old_r = np.concatenate((steady, rises))
+    fine = step_change(rises, 1.0, falling_s=falls, history=(old_r, old_r + BURST_S))
+    assert fine is not None
+    assert fine.decisive
+
+
+def test_two_intervals_of_two_locked_periods_are_missed_bursts_not_a_change() -> None:
+    """A real FSDP job of 1.33 s steps lost two bursts in a row in its noise: two intervals of
+    2.5-2.6 s, which re-locked it on 2.52 s for 3-7 hops."""
+    rises, falls = _change(2.03, 1.98)
+    assert step_change(rises, 1.0, falling_s=falls) is None
+    rises, falls = _change(0.5, 0.51)
+    assert step_change(rises, 1.0, falling_s=falls) is None
+
+
+def test_a_re_lock_keeps_at_least_the_minimum_window() -> None:
+    """A decisive step re-locks on one wholly new period: cut there, the window would be too
+    short to estimate (min_window_s), and T would leave the scrape until it regrew."""
+    fast = RecentWatch(None, StepChange(1.31, 22.5, 23.81, 2, decisive=True))
+    assert fast.keep_from(23.9, 1.31, 5.0) == pytest.approx(22.5 - 0.25 * 1.31)
+    assert fast.keep_from(23.9, 1.31, 5.0, min_window_s=2.0) == pytest.approx(21.9)
+
+
+def test_a_decisive_step_re_locks_at_once() -> None:
+    tr = PeriodTracker()
+    tr.update(1.0, confidence=0.9)
+    fast = StepChange(1.31, 21.2, 22.5, 2, decisive=True)
+    assert tr.challenge(None, step=fast) == pytest.approx(1.31)
+    assert tr.locked == pytest.approx(1.31)
+
+
 def _step(period: float, since: float, last: float) -> StepChange:
     return StepChange(period, since, last, 3)
 

@@ -626,10 +626,7 @@ class Pipeline:
                 if relocked is not None:
                     update = replace(update, period_s=relocked, changed=True)
                     keep_from = watch.keep_from(
-                        self._clock.now(),
-                        relocked,
-                        self._cfg.restart_periods,
-                        self._cfg.min_window_s,
+                        self._clock.now(), relocked, self._cfg.restart_periods
                     )
                     log.info("sync period changed: T = %.4g s (re-locked)", relocked)
             if update.period_s is None or was_locked is None or update.changed:
@@ -656,8 +653,12 @@ class Pipeline:
                 # did not repeat, and the locked window must not reach back into it.
                 relocked, keep_from = update.period_s, recent_from
             if relocked is not None:
+                now = self._clock.now()
                 if keep_from is None:
-                    keep_from = self._clock.now() - self._cfg.restart_periods * relocked
+                    keep_from = now - self._cfg.restart_periods * relocked
+                # Never under the minimum window: shorter, it is not estimated, and T would
+                # leave the scrape until it regrew (5 periods of a 0.1 s step are 0.5 s).
+                keep_from = min(keep_from, now - self._cfg.min_window_s)
                 for window in self._state.counters.values():
                     window.drop_before(keep_from)
                 self._calls_floor = keep_from

@@ -196,28 +196,21 @@ class RecentWatch:
     step: StepChange | None = None
     since_s: float | None = None  # start of the short window the period was found in
 
-    def keep_from(
-        self,
-        now: float,
-        relocked_s: float,
-        restart_periods: float,
-        min_window_s: float = 0.0,
-    ) -> float:
+    def keep_from(self, now: float, relocked_s: float, restart_periods: float) -> float:
         """Where the window restarts after re-locking on this watch's evidence.
 
         ``restart_periods`` new periods back, but never before the evidence for the new period
         (the short window that showed it, or the first burst of the new run in the edges):
         older data is the old traffic, and left in the window it would bias every estimate
-        until it aged out of the locked window (16 periods). Nor later than ``min_window_s``
-        back: a window cut shorter is not estimated, and T would leave the scrape until it
-        regrew (a decisive step re-locks on a run of one new period).
+        until it aged out of the locked window (16 periods). (The caller keeps at least its
+        minimum window.)
         """
         keep = now - restart_periods * relocked_s
         if self.period_s is not None and self.since_s is not None:
             keep = max(keep, self.since_s)
         elif self.step is not None:
             keep = max(keep, self.step.since_s - 0.25 * relocked_s)
-        return min(keep, now - min_window_s)
+        return keep
 
 
 def _decisive(

@@ -1194,9 +1194,7 @@ def run_online(
             relocked = tracker.challenge(watch.period_s, step=watch.step)
             if relocked is not None:
                 update = replace(update, period_s=relocked, changed=True)
-                keep_from = watch.keep_from(
-                    now, relocked, settings.restart_periods, settings.min_window_s
-                )
+                keep_from = watch.keep_from(now, relocked, settings.restart_periods)
         hops_locked = (
             0
             if update.period_s is None or was_locked is None or update.changed
@@ -1220,7 +1218,7 @@ def run_online(
         if reset and relocked is not None:
             if keep_from is None:
                 keep_from = now - settings.restart_periods * relocked
-            window.drop_before(keep_from)
+            window.drop_before(min(keep_from, now - settings.min_window_s))
         estimates += 1
         conf = est.confidence if update.period_s is not None else 0.0
         out.append(

@@ -326,6 +326,21 @@ def test_a_steady_job_is_re_locked_within_three_of_its_new_steps() -> None:
     assert settled - 12.0 <= 3.75, settled
 
 
+def test_t_stays_in_the_scrape_when_a_fast_job_is_re_locked() -> None:
+    """A re-lock keeps 5 new periods of the window, but never less than the minimum window:
+    on 0.1 s steps becoming 0.13 s, 0.5-0.65 s of window were too short to estimate, and T
+    left the scrape for a second after each of two re-locks."""
+    wave = ChangingSquareWave(0.1, 0.13, 6.0)
+    seen = _run(wave, PipelineSettings(hop_s=0.25, counter_rate_hz=200), 10.0)
+    assert wave.started is not None
+    after = [s for s in seen if s.time_s - wave.started > 5.0]
+    assert after
+    assert all(s.locked and s.estimate is not None and s.estimate.period_s for s in after)
+    late = [s.estimate.period_s for s in after if s.time_s - wave.started > 8.5]
+    assert late
+    assert all(t == pytest.approx(0.13, rel=0.02) for t in late), late
+
+
 class EndingTrains(NcclTrains):
     """:class:`NcclTrains` with 4 ms between a train's calls, which stop after ``stop_s``."""
 

@@ -118,14 +118,6 @@ def test_two_intervals_of_two_locked_periods_are_missed_bursts_not_a_change() ->
     assert step_change(rises, 1.0, falling_s=falls) is None
 
 
-def test_a_re_lock_keeps_at_least_the_minimum_window() -> None:
-    """A decisive step re-locks on one wholly new period: cut there, the window would be too
-    short to estimate (min_window_s), and T would leave the scrape until it regrew."""
-    fast = RecentWatch(None, StepChange(1.31, 22.5, 23.81, 2, decisive=True))
-    assert fast.keep_from(23.9, 1.31, 5.0) == pytest.approx(22.5 - 0.25 * 1.31)
-    assert fast.keep_from(23.9, 1.31, 5.0, min_window_s=2.0) == pytest.approx(21.9)
-
-
 def test_a_decisive_step_re_locks_at_once() -> None:
     tr = PeriodTracker()
     tr.update(1.0, confidence=0.9)

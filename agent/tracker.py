@@ -103,6 +103,7 @@ class StepChange:
 #: spread off the lock (and at least ``differ``), on the same side: 30 % off a job whose steps
 #: spread 2 % is 15 of its σ, while under 10 % step spread it takes the usual longer run.
 DECISIVE_SPREADS = 6.0
+#: How many newest intervals make such a run (the older one may straddle the change).
 DECISIVE_RUN = 2
 #: Fewest older intervals (at about the locked period) that measure that spread.
 DECISIVE_HISTORY = 6

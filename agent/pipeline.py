@@ -736,10 +736,15 @@ class Pipeline:
         """
         source, grids = self._network(since=self._window_start(self._cfg.change_window_periods))
         chosen = busier_direction(grids) if grids else None
-        direction: Direction | None = None
+        history: Callable[[], GridSeries | None]
         if chosen is not None:
             direction, recent = chosen
             edges_from = inputs.network.get(direction)
+
+            def history() -> GridSeries | None:
+                if source is None:
+                    return None
+                return self._state.counters[source].grids().get(direction)
         else:
             # The NCCL log alone: its calls binned coarsely enough (T/64) that the calls of one
             # sync point (a bucketed all-reduce, a layer's gathers) merge into one burst whose
@@ -756,13 +761,18 @@ class Pipeline:
             if log_recent is None:
                 return RecentWatch(None)
             recent = log_recent
+
+            def history() -> GridSeries | None:
+                ring = self._state.calls.mix(since=self._calls_floor)
+                return log_grid(ring, dt, end=now) if ring is not None else None
+
         try:
             watch = await asyncio.to_thread(watch_recent, recent, locked_s, edges_from=edges_from)
-            if watch.step is not None and watch.step.decisive and source and direction:
-                # Rare (a change of step, or two stalls in a row): only then the whole ring.
-                history_from = self._state.counters[source].grids().get(direction)
+            if watch.step is not None and watch.step.decisive:
+                # Rare (a change of step, or two stalls in a row): only then the whole ring,
+                # built here on the loop (the rings are not read from other threads).
                 watch = await asyncio.to_thread(
-                    watch_recent, recent, locked_s, edges_from=edges_from, history_from=history_from
+                    watch_recent, recent, locked_s, edges_from=edges_from, history_from=history()
                 )
             return watch
         except Exception:  # the watches are advisory: never let them stop the estimates

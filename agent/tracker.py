@@ -162,11 +162,12 @@ def step_change(
         if fast is None or fall is None or abs(fall / fast - 1.0) > agree:
             fast = None
     if fast is not None and 1.0 / max_ratio <= fast / locked_s <= max_ratio:
-        # The older of the two may be the interval that straddles the change: the new run is
-        # taken to start at its end, so that nothing of the old traffic stays in the window.
-        return StepChange(
-            fast, float(rising_s[-DECISIVE_RUN]), float(rising_s[-1]), DECISIVE_RUN, decisive=True
-        )
+        # The window restarts at the pair's first burst: three bursts, enough for the next
+        # estimates to see the new period in (from the newest two alone they found none, and
+        # six empty windows in a row dropped the lock again). The older interval may straddle
+        # the change, so that burst may be the old traffic's last one.
+        first = float(rising_s[-DECISIVE_RUN - 1])
+        return StepChange(fast, first, float(rising_s[-1]), DECISIVE_RUN, decisive=True)
     if rising_s.size < min_intervals + 1:
         return None
     run = 0

@@ -52,13 +52,13 @@ def test_two_new_intervals_far_outside_a_steady_jobs_spread_are_a_decisive_chang
     """A steady job (1-2 % step spread) whose steps become 1.3 s: the two newest intervals
     are 15 of its σ off the lock, which no run of its own steps ever is. The older one
     straddles the change (1.17 s, part old, part new): the newest one alone times the new
-    step, and the new run starts at the end of the straddling one."""
+    step; the window restarts at the pair's first burst."""
     rises, falls = _change(1.17, 1.31)
     got = step_change(rises, 1.0, falling_s=falls)
     assert got is not None
     assert got.decisive
     assert got.period_s == pytest.approx(1.31)
-    assert got.since_s == pytest.approx(rises[-2])
+    assert got.since_s == pytest.approx(rises[-3])
     assert got.last_s == pytest.approx(rises[-1])
     # Shorter steps too.
     rises, falls = _change(0.8, 0.75)

@@ -294,6 +294,10 @@ class Pipeline:
         #: When the job last seen stopped (clock time of its last burst or call), until new
         #: traffic comes: its old bursts are still in the window, and describe nothing now.
         self._stopped_at: float | None = None
+        #: A re-lock's window cut (clock time) and the last estimate published with a lock:
+        #: until the cut window is long enough to estimate, the lock is shown on that estimate.
+        self._cut_at: float | None = None
+        self._last_locked: Estimate | None = None
         self.estimator_errors = 0
         self._tg: asyncio.TaskGroup | None = None
         self._tasks: dict[str, asyncio.Task[None]] = {}
@@ -554,7 +558,8 @@ class Pipeline:
             await ticker.tick()
             source, since, inputs = self._inputs()
             if inputs is None:
-                self._publish(None, 0.0, locked=False, source=source)
+                held = self._held()
+                self._publish(held, 0.0, locked=held is not None, source=source)
                 continue
             began = time.perf_counter()
             try:
@@ -653,15 +658,12 @@ class Pipeline:
                 # did not repeat, and the locked window must not reach back into it.
                 relocked, keep_from = update.period_s, recent_from
             if relocked is not None:
-                now = self._clock.now()
                 if keep_from is None:
-                    keep_from = now - self._cfg.restart_periods * relocked
-                # Never under the minimum window: shorter, it is not estimated, and T would
-                # leave the scrape until it regrew (5 periods of a 0.1 s step are 0.5 s).
-                keep_from = min(keep_from, now - self._cfg.min_window_s)
+                    keep_from = self._clock.now() - self._cfg.restart_periods * relocked
                 for window in self._state.counters.values():
                     window.drop_before(keep_from)
                 self._calls_floor = keep_from
+                self._cut_at = self._clock.now()
             if update.period_s is None:
                 # Not locked yet (or lost): no T, and so no D, rather than a guess.
                 est = replace(
@@ -675,6 +677,7 @@ class Pipeline:
                 )
             else:
                 est = replace(est, period_s=update.period_s)
+                self._last_locked = est
             began = time.perf_counter()
             params = await self._regime_params(inputs, est, since)
             took += time.perf_counter() - began
@@ -684,6 +687,30 @@ class Pipeline:
             )
             est = replace(est, regime=shown)
             self._publish(est, took, locked=update.locked, source=source, regime=params)
+
+    def _held(self) -> Estimate | None:
+        """The lock, shown while a re-lock's cut window is too short to estimate.
+
+        A re-lock keeps only the new traffic (5 new periods, or from the new run's first
+        burst): under ``min_window_s`` that is not estimated, and T left the scrape until the
+        window regrew (0.1 s steps becoming 0.13 s: a second without T, twice). Keeping more
+        would mix the old steps back in. So the locked T is shown on the last locked estimate,
+        without the parts that depend on it (D, V) or on the old window (inner period), for
+        at most ``min_window_s`` after the cut: a source gone quiet is not held.
+        """
+        locked, last, cut = self._tracker.locked, self._last_locked, self._cut_at
+        if locked is None or last is None or cut is None:
+            return None
+        if self._clock.now() - cut > self._cfg.min_window_s + self._cfg.hop_s:
+            return None
+        return replace(
+            last,
+            period_s=locked,
+            inner_period_s=None,
+            duty_cycle=None,
+            duty_cycle_source=None,
+            bytes_per_iteration=None,
+        )
 
     async def _regime_params(
         self, inputs: EstimateInputs, est: Estimate, since: float | None

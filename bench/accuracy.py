@@ -1124,6 +1124,7 @@ def run_online(
     k = 1
     estimates = 0  # Pipeline._estimates: hops that had a window to estimate
     stopped_at: float | None = None  # Pipeline._stopped_at
+    cut_at: float | None = None  # Pipeline._cut_at
     hops_locked = 0  # Pipeline._hops_locked
     while True:
         now = t_start + k * settings.hop_s
@@ -1134,7 +1135,13 @@ def run_online(
         grid = window.grid(since=start(now, settings.lock_window_periods))
         # 10 % slack, as Pipeline._inputs: a locked window of min_window_s holds a poll less.
         if grid is None or grid.duration_s < 0.9 * settings.min_window_s:
-            out.append(OnlineUpdate(now, None, None, 0.0))
+            # Pipeline._held: a re-lock's cut window, too short yet, shows the lock.
+            held = (
+                tracker.locked
+                if cut_at is not None and now - cut_at <= settings.min_window_s + settings.hop_s
+                else None
+            )
+            out.append(OnlineUpdate(now, held, None, 0.0))
             continue
         est, recent_from = estimate_recent(
             EstimateInputs(
@@ -1218,7 +1225,8 @@ def run_online(
         if reset and relocked is not None:
             if keep_from is None:
                 keep_from = now - settings.restart_periods * relocked
-            window.drop_before(min(keep_from, now - settings.min_window_s))
+            window.drop_before(keep_from)
+            cut_at = now
         estimates += 1
         conf = est.confidence if update.period_s is not None else 0.0
         out.append(

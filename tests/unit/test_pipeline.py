@@ -327,18 +327,36 @@ def test_a_steady_job_is_re_locked_within_three_of_its_new_steps() -> None:
 
 
 def test_t_stays_in_the_scrape_when_a_fast_job_is_re_locked() -> None:
-    """A re-lock keeps 5 new periods of the window, but never less than the minimum window:
-    on 0.1 s steps becoming 0.13 s, 0.5-0.65 s of window were too short to estimate, and T
-    left the scrape for a second after each of two re-locks."""
+    """A re-lock keeps only the new traffic (5 new periods): on 0.1 s steps becoming 0.13 s,
+    0.5-0.65 s of window, too short to estimate, and T left the scrape for a second after
+    each of two re-locks. Now the lock is shown on the last locked estimate until the window
+    has regrown, without D or V (they depend on the new T and the old window)."""
     wave = ChangingSquareWave(0.1, 0.13, 6.0)
     seen = _run(wave, PipelineSettings(hop_s=0.25, counter_rate_hz=200), 10.0)
     assert wave.started is not None
     after = [s for s in seen if s.time_s - wave.started > 5.0]
     assert after
     assert all(s.locked and s.estimate is not None and s.estimate.period_s for s in after)
+    held = [s.estimate for s in after if s.estimator_seconds == 0.0]
+    assert held
+    assert all(
+        e is not None and e.duty_cycle is None and e.bytes_per_iteration is None for e in held
+    )
     late = [s.estimate.period_s for s in after if s.time_s - wave.started > 8.5]
     assert late
     assert all(t == pytest.approx(0.13, rel=0.02) for t in late), late
+
+
+def test_a_silent_source_is_not_held_after_a_re_lock() -> None:
+    """The hold lasts at most the minimum window after the cut: a job that stops right after
+    a re-lock is not shown locked for long."""
+    wave = ChangingSquareWave(0.1, 0.13, 6.0)
+    wave.stop_after_s = 7.5
+    seen = _run(wave, PipelineSettings(hop_s=0.25, counter_rate_hz=200), 11.0)
+    assert wave.started is not None
+    late = [s for s in seen if s.time_s - wave.started > 10.0]
+    assert late
+    assert not any(s.locked for s in late)
 
 
 class EndingTrains(NcclTrains):

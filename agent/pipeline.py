@@ -696,7 +696,7 @@ class Pipeline:
         window regrew (0.1 s steps becoming 0.13 s: a second without T, twice). Keeping more
         would mix the old steps back in. So the locked T is shown on the last locked estimate,
         without the parts that depend on it (D, V) or on the old window (inner period), for
-        at most ``min_window_s`` after the cut: a source gone quiet is not held.
+        at most ``min_window_s`` and a hop after the cut: a source gone quiet is not held.
         """
         locked, last, cut = self._tracker.locked, self._last_locked, self._cut_at
         if locked is None or last is None or cut is None:

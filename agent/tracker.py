@@ -270,17 +270,21 @@ def watch_recent(
 
     When the short window has no period of its own (it straddles a change), the newest burst
     intervals of ``edges_from`` (a longer window: the locked one) are searched for a run at a
-    new period; a window of a few old periods holds too few of the new, longer ones. A run
-    that would be decisive is checked against the steps of ``history_from`` (the whole ring)
-    as well: a stall a minute ago says the job stalls.
+    new period; a window of a few old periods holds too few of the new, longer ones. A
+    decisive run (:func:`step_change`) wins over the short window's period whatever it is.
+    Such a run is checked against the steps of ``history_from`` (the whole ring) as well: a
+    stall a minute ago says the job stalls.
     """
     result = estimate_period(recent.rate, recent.dt, t0=recent.t0)
-    if result.period_s is not None:
-        return RecentWatch(result.period_s, since_s=recent.t0)
+    shown = result.period_s
+    # The newest edges are read whatever the short window shows: for fast steps it is
+    # min_window_s long, holds mostly old steps for a while after a change, and shows the old
+    # period or a mix (0.1 s steps becoming 0.13 s read 0.100, then 0.109 s, for 0.75 s); a
+    # decisive run of the newest edges times the new step alone.
     grid = edges_from if edges_from is not None else recent
     timing = edge_timing(grid.rate, grid.dt, locked_s, t0=grid.t0)
     if timing is None:
-        return RecentWatch(None)
+        return RecentWatch(shown, since_s=recent.t0 if shown is not None else None)
     step = step_change(timing.rising_s, locked_s, falling_s=timing.falling_s)
     if step is not None and step.decisive and history_from is not None:
         long = edge_timing(history_from.rate, history_from.dt, locked_s, t0=history_from.t0)
@@ -290,6 +294,8 @@ def watch_recent(
             falling_s=timing.falling_s,
             history=(long.rising_s, long.falling_s) if long is not None else None,
         )
+    if shown is not None and (step is None or not step.decisive):
+        return RecentWatch(shown, since_s=recent.t0)
     return RecentWatch(None, step)
 
 

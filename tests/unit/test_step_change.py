@@ -222,6 +222,21 @@ def test_the_watch_finds_a_longer_new_step_in_the_locked_window_edges() -> None:
     assert watch_recent(tail, 1.0, edges_from=steady).period_s == pytest.approx(1.0, rel=0.01)
 
 
+def test_fast_steps_are_timed_by_their_newest_edges_while_the_short_window_shows_the_old() -> None:
+    """0.1 s steps becoming 0.13 s: the short window is min_window_s (2 s) long, mostly old
+    steps, and shows about the old period for a while after the change; the decisive run of
+    the newest edges gives the new step at once instead of a mix (0.113 s)."""
+    starts = [0.1 * k for k in range(60)] + [6.0 + 0.13 * k for k in range(4)]
+    grid = _square(starts, 0.03, 6.45, dt=0.005)
+    cut = round((6.45 - 2.0) / grid.dt)
+    recent = GridSeries(t0=cut * grid.dt, dt=grid.dt, rate=grid.rate[cut:], valid=grid.valid[cut:])
+    watch = watch_recent(recent, 0.1, edges_from=grid)
+    assert watch.period_s is None
+    assert watch.step is not None
+    assert watch.step.decisive
+    assert watch.step.period_s == pytest.approx(0.13, rel=0.01)
+
+
 def test_a_short_window_that_shows_only_the_layer_train_is_no_challenger() -> None:
     # Locked on a 2 s ZeRO step; short windows that catch only its 25 ms layer spacing (too
     # few steps in them for the outer period) must not re-lock the job on its layers.

@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
+from agent.estimate import CollectiveMix
 from agent.simulator.sampling import Cumulative
 
 FloatArray = npt.NDArray[np.float64]
@@ -102,3 +103,18 @@ def pipeline_stage(
             rows.append((t, t + 0.021, 50e6))
             t += 0.021 + float(rng.uniform(*gap_s))
     return np.asarray(rows)
+
+
+def allreduce_calls(
+    times: FloatArray, bytes_each: float, *, resolution_s: float = 0.0
+) -> CollectiveMix:
+    """One process's AllReduce calls of ``bytes_each`` bytes at ``times`` (8 ranks), as the
+    NCCL log source hands them over; ``resolution_s`` as ``CollectiveMix.time_resolution_s``."""
+    return CollectiveMix(
+        ops={"AllReduce": (times.size, 0)},
+        nranks=8,
+        call_times=times,
+        call_bytes=np.full(times.size, bytes_each),
+        processes=1,
+        time_resolution_s=resolution_s,
+    )

@@ -25,6 +25,7 @@ from agent.estimate import (
 )
 from agent.windows import CollectiveWindow
 from collectors._base import CallBatch
+from tests.signals import allreduce_calls
 
 POLL_S = 0.2
 
@@ -39,14 +40,7 @@ def _arrivals(step_s: float, steps: int, *, seed: int = 0, calls: int = 4) -> np
 
 
 def _mix(times: np.ndarray, resolution_s: float = POLL_S) -> CollectiveMix:
-    return CollectiveMix(
-        ops={"AllReduce": (times.size, 0)},
-        nranks=8,
-        call_times=times,
-        call_bytes=np.full(times.size, 1e6),
-        processes=1,
-        time_resolution_s=resolution_s,
-    )
+    return allreduce_calls(times, 1e6, resolution_s=resolution_s)
 
 
 def _period(

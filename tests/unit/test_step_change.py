@@ -8,6 +8,7 @@ import pytest
 from agent.estimate import CollectiveMix, EstimateInputs, estimate, log_grid
 from agent.rates import GridSeries
 from agent.tracker import PeriodTracker, RecentWatch, StepChange, step_change, watch_recent
+from tests.signals import allreduce_calls
 
 OLD_EDGES = [20.0, 21.0, 22.0, 23.0, 24.0, 25.0]
 
@@ -252,13 +253,7 @@ def test_a_short_window_that_shows_only_the_layer_train_is_no_challenger() -> No
 def _train_mix(starts: list[float], calls: int = 4, spacing: float = 0.008) -> CollectiveMix:
     """NCCL calls as a DDP step makes them: a train of bucketed all-reduces at each sync."""
     times = np.array([s + k * spacing for s in starts for k in range(calls)])
-    return CollectiveMix(
-        ops={"AllReduce": (times.size, 0)},
-        nranks=8,
-        call_times=times,
-        call_bytes=np.full(times.size, 25e6),
-        processes=1,
-    )
+    return allreduce_calls(times, 25e6)
 
 
 def test_the_nccl_log_alone_shows_a_longer_new_step_once_its_trains_are_merged() -> None:

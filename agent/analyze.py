@@ -7,6 +7,7 @@ GPU samples pooled, NCCL logs accumulated).
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -311,6 +312,91 @@ def _one_job(
     return sub, replace(part, warnings=(*part.warnings, note))
 
 
+#: Most pieces a recording without a period is cut into to look for a change of step time.
+STEP_PIECES_MAX = 16
+
+
+def _runs(periods: Sequence[float | None]) -> list[tuple[int, int]]:
+    """Piece ranges ``[i, j)`` whose periods agree, each within ``JOB_PERIODS_DIFFER`` of the run's.
+
+    The run's period is the median of its members. Pieces without a period may sit inside a run
+    (a stall, a jittery stretch) but neither start nor end one.
+    """
+    runs: list[tuple[int, int]] = []
+    start: int | None = None
+    members: list[float] = []
+    last = -1
+    for i, p in enumerate(periods):
+        if p is None:
+            continue
+        if start is not None and abs(p / float(np.median(members)) - 1.0) <= JOB_PERIODS_DIFFER:
+            members.append(p)
+            last = i
+            continue
+        if start is not None:
+            runs.append((start, last + 1))
+        start, members, last = i, [p], i
+    if start is not None:
+        runs.append((start, last + 1))
+    return runs
+
+
+def _step_parts(
+    network: dict[Direction, GridSeries], inputs: EstimateInputs, est: Estimate
+) -> tuple[EstimateInputs, Estimate]:
+    """The newest step time, when the recording's step time changed.
+
+    A job whose steps went from 0.41 to 0.56 s halfway (a real DDP job whose batch doubled)
+    has no period over the whole recording, and was called inference; two real jobs spliced
+    without a pause (0.57 s steps for 30 s, then 0.40 s for 70 s) read as the first one's
+    period alone, with bytes per step of neither. Cut into pieces of ``JOB_MIN_S`` or more,
+    such a recording shows one period, then the other. Two neighbouring runs of at least two
+    pieces each whose periods differ by more than ``JOB_PERIODS_DIFFER`` are taken for a change
+    of step time: the newest run is estimated and shown, as the live agent shows it at the end
+    of the recording, and a warning names every run. Pieces that straddle the change (no
+    period, or one between the two) are left out of both. Each run is estimated again over its
+    whole span: pieces that show a nested job's inner period (an FSDP job's layers) read as
+    its step there, and so as no change.
+    """
+    chosen = busier_direction(network)
+    if chosen is None:
+        return inputs, est
+    grid = chosen[1]
+    count = min(STEP_PIECES_MAX, int(grid.rate.size * grid.dt // JOB_MIN_S))
+    if count < 4:
+        return inputs, est
+    cuts = np.linspace(0, grid.rate.size, count + 1).astype(np.int64)
+
+    def part(a: int, b: int) -> EstimateInputs:
+        return replace(inputs, network={d: g.sliced(a, b) for d, g in network.items()})
+
+    periods = [estimate(part(int(a), int(b))).period_s for a, b in itertools.pairwise(cuts)]
+    runs = [(i, j) for i, j in _runs(periods) if sum(p is not None for p in periods[i:j]) >= 2]
+    if len(runs) < 2:
+        return inputs, est
+    found = []
+    for i, j in runs:
+        sub = part(int(cuts[i]), int(cuts[j]))
+        got = estimate(sub)
+        if got.period_s is None:
+            return inputs, est
+        found.append((int(cuts[i]), int(cuts[j]), sub, got))
+    steps = [f[3].period_s or 0.0 for f in found]
+    if all(
+        abs(b / a - 1.0) <= JOB_PERIODS_DIFFER for a, b in itertools.pairwise(steps)
+    ):  # neighbouring runs of one period: no change, only pieces without a period between
+        return inputs, est
+    a, b, sub, newest = found[-1]
+    dt = grid.dt
+    listed = ", ".join(f"{f[0] * dt:.0f}-{f[1] * dt:.0f} s: T {f[3].period_s:.4g} s" for f in found)
+    spans = "" if est.period_s is not None else " and no period spans it all"
+    note = (
+        f"the step time changed during the recording ({listed}, from its first traffic)"
+        f"{spans}; shown: the newest part, at {a * dt:.0f}-{b * dt:.0f} s"
+    )
+    return sub, replace(newest, warnings=(*newest.warnings, note))
+
+
 def _frame_spacing(captures: Sequence[Capture]) -> float:
     """Median time between consecutive frames that carry the bytes of the busier direction.
 
@@ -505,6 +591,7 @@ def analyze_files(
         extra["capture"]["bin_s"] = _dt(inputs.network)
     if network:
         inputs, est = _one_job(network, inputs, est)
+        inputs, est = _step_parts(dict(inputs.network), inputs, est)
     if capture_notes:
         est = replace(est, warnings=(*est.warnings, *capture_notes))
     if not network and mix is None and gpu_samples is None:

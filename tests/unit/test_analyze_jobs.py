@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -70,3 +71,93 @@ def test_a_job_and_its_pause_stay_one_job(tmp_path: Path, name: str) -> None:
     est = analyze_files(counters=[path]).estimate
     assert est.period_s == pytest.approx(step, rel=0.03)
     assert not any("jobs one after the other" in w for w in est.warnings)
+
+
+def _changing_job(
+    path: Path, steps: list[tuple[float, float]], *, jitter: float, seed: int
+) -> float:
+    """A counters CSV (100 Hz polls) of one job without a pause whose step time changes: each
+    ``(T, seconds)`` in turn, bursts of 0.3·T at 50 MB/s. Returns the realised mean of the last
+    stretch's steps."""
+    from agent.simulator.sampling import Cumulative
+    from tests.signals import periodic_bursts
+
+    parts, t0, last = [], 0.0, 0.0
+    for k, (period, seconds) in enumerate(steps):
+        b, last = periodic_bursts(period, 0.3, seconds, jitter=jitter, seed=seed + k, phase=0.0)
+        b = b[b[:, 0] < seconds]
+        b[:, :2] += t0
+        parts.append(b)
+        t0 = float(b[-1, 0]) + period  # the next stretch starts where this one's step ends
+    bursts = np.concatenate(parts)
+    times = np.arange(0.0, t0 + 1.0, 0.01)
+    cum = Cumulative(bursts[:, :2], bursts[:, 2] * 50e6).at(times)
+    rows = ["time,eth0_rx_bytes,eth0_tx_bytes"]
+    rows += [f"{t:.4f},0,{int(c)}" for t, c in zip(times, cum, strict=True)]
+    path.write_text("\n".join(rows) + "\n")
+    return last
+
+
+def _listed_periods(warnings: tuple[str, ...]) -> list[float]:
+    """The periods the step-change warning names, oldest first."""
+    note = next(w for w in warnings if "step time changed" in w)
+    return [float(v) for v in re.findall(r"T ([0-9.]+) s", note)]
+
+
+@pytest.mark.parametrize(
+    ("steps", "seed"),
+    [
+        ([(1.0, 40.0), (1.3, 40.0)], 1),
+        ([(1.3, 40.0), (1.0, 40.0)], 2),
+        ([(0.5, 30.0), (0.8, 30.0)], 3),
+    ],
+)
+def test_a_change_of_step_time_shows_the_newest_step_and_says_so(
+    tmp_path: Path, steps: list[tuple[float, float]], seed: int
+) -> None:
+    """One job, no pause, whose step time changes halfway: the newest step time is shown (as
+    the live agent shows it at the recording's end) and a warning names both."""
+    path = tmp_path / "change.csv"
+    newest = _changing_job(path, steps, jitter=0.02, seed=seed)
+    est = analyze_files(counters=[path]).estimate
+    assert est.period_s == pytest.approx(newest, rel=0.02)
+    assert est.regime != "inference"
+    listed = _listed_periods(est.warnings)
+    assert listed[0] == pytest.approx(steps[0][0], rel=0.03)
+    assert listed[-1] == pytest.approx(newest, rel=0.02)
+
+
+@pytest.mark.parametrize("seed", [4, 5, 6])
+def test_a_jittery_job_of_one_step_time_is_not_split(tmp_path: Path, seed: int) -> None:
+    """10 % step spread over 80 s: its pieces' periods wander by a few per cent, which is no
+    change of step time."""
+    path = tmp_path / "steady.csv"
+    _changing_job(path, [(1.0, 80.0)], jitter=0.10, seed=seed)
+    est = analyze_files(counters=[path]).estimate
+    assert est.period_s == pytest.approx(1.0, rel=0.05)
+    assert not any("step time changed" in w for w in est.warnings)
+
+
+def test_a_real_job_whose_batch_doubled_reads_as_its_new_step() -> None:
+    """Real DDP, batch 1024 then 2048 after 35 s: steps of 0.41 s, then 0.56 s. Over the whole
+    recording no period; it was called inference."""
+    truth = json.loads((FIXTURES / "ddp-gloo-stepchange.truth.json").read_text())
+    ends = np.asarray(truth["step_end_s"])
+    changed = int(truth["changed_at_step"])
+    before = float(np.diff(ends[truth["warmup_steps"] : changed]).mean())
+    after = float(np.diff(ends[changed - 1 :]).mean())
+    est = analyze_files(counters=[FIXTURES / "ddp-gloo-stepchange.csv.gz"]).estimate
+    assert est.regime == "training"
+    assert est.period_s == pytest.approx(after, rel=0.02)
+    listed = _listed_periods(est.warnings)
+    assert listed[0] == pytest.approx(before, rel=0.03)
+    assert listed[-1] == pytest.approx(after, rel=0.02)
+
+
+def test_real_inference_traffic_has_no_period_and_no_change() -> None:
+    """Equal 2 MiB replies at Poisson times (a real request/response exchange): no period over
+    the whole, none in its pieces, no change of step time."""
+    est = analyze_files(counters=[FIXTURES / "inference-gloo-poisson.csv.gz"]).estimate
+    assert est.period_s is None
+    assert est.regime == "inference"
+    assert not any("step time changed" in w for w in est.warnings)

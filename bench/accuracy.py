@@ -1,7 +1,7 @@
 """Accuracy of the product's T, B, D, V estimator against ground truth, next to simple baselines.
 
 Run:  .venv/bin/python bench/accuracy.py [--quick] [--scenario S1,S11,A1]
-                                         [--sections main,crb,latency,streams,cost]
+                                         [--sections main,crb,latency,streams,real,cost]
                                          [--out bench/results/accuracy.md]
 
 The full run (400 windows per periodic scenario, 2000 per aperiodic one, 30 online runs per
@@ -47,6 +47,8 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt_mod
+import gzip
+import json
 import math
 import os
 import platform
@@ -1943,6 +1945,217 @@ def render_stalls(rep: Report, rows: Sequence[StallStats]) -> None:
     rep.emit()
 
 
+# --------------------------------------------------------------------------------------------
+# Real recordings: the online wrapper on the counter fixtures of real jobs
+
+REAL_FIXTURES = ROOT / "tests" / "fixtures" / "counters"
+#: Hop offsets from a recording's first poll (as tests/unit/test_live_real_jobs.py): where a
+#: hop falls within a step decides which bursts a window holds.
+REAL_PHASES = (0.0, 0.25, 0.5, 0.75)
+#: A locked T counts as right within this of the mean of the last 4, 8 or 16 steps: the locked
+#: window holds 16 periods, and after a change of step time (real jobs slow down and speed up
+#: by 20 % on their own) it restarts on the newest few.
+REAL_TOL = 0.05
+REAL_STEPS = 16
+REAL_SPANS = (4, 8, 16)
+#: Steps this many times the median one are pauses (evaluation, checkpoints), not steps.
+REAL_PAUSE = 2.0
+
+
+@dataclass(frozen=True)
+class RealRecording:
+    """One real job's counter polls, step ends and what its truth file says about it."""
+
+    name: str
+    times: FloatArray
+    cum: FloatArray  # the direction that moved more bytes
+    ends: FloatArray
+    warmup: int
+    changed_at_step: int | None
+    aperiodic: bool
+
+
+def load_real(path: Path) -> RealRecording:
+    """A ``NAME.csv.gz`` counter fixture and its ``NAME.truth.json``."""
+    name = path.name.removesuffix(".csv.gz")
+    with gzip.open(path, "rt") as fh:
+        data = np.loadtxt(fh, delimiter=",", skiprows=1)
+    truth = json.loads(path.with_name(f"{name}.truth.json").read_text())
+    column = 1 if data[-1, 1] - data[0, 1] > data[-1, 2] - data[0, 2] else 2
+    changed = truth.get("changed_at_step")
+    return RealRecording(
+        name=name,
+        times=data[:, 0],
+        cum=data[:, column],
+        ends=np.asarray(truth["step_end_s"], dtype=np.float64),
+        warmup=int(truth.get("warmup_steps", 0)),
+        changed_at_step=int(changed) if changed is not None else None,
+        aperiodic=bool(truth.get("aperiodic", False)),
+    )
+
+
+def _mean_step_before(
+    ends: FloatArray, at: float, count: int = REAL_STEPS, fewest: int = REAL_STEPS // 2
+) -> float | None:
+    """Mean of the last ``count`` steps that ended by ``at``, pauses left out (None: fewer than
+    ``fewest`` of them)."""
+    steps = np.diff(ends)
+    done = steps[ends[1:] <= at]
+    done = done[done <= REAL_PAUSE * float(np.median(steps))][-count:]
+    return float(done.mean()) if done.size >= max(1, fewest) else None
+
+
+@dataclass(frozen=True)
+class RealStats:
+    """A real recording replayed at every phase: how soon, how often and how well T is shown."""
+
+    name: str
+    steps: int
+    mean_step_s: float
+    step_cv: float
+    first_lock: list[float | None]  # steps after the warm-up, per phase
+    locked_share: float  # hops with T between the first lock and the last step
+    right_share: float  # of those, T within REAL_TOL of the mean of the last REAL_STEPS steps
+    t_err_med: float | None
+    relock: list[float | None] | None  # change: seconds until T is right for 3 hops
+    locked_hops: int  # hops with any T (an aperiodic recording wants none)
+    aperiodic: bool = False
+
+
+def _settled(
+    ups: Sequence[OnlineUpdate], truth: Callable[[float], float | None], after: float = -math.inf
+) -> float | None:
+    """Time of the first hop after ``after`` from which T stays within ``REAL_TOL`` of
+    ``truth(hop time)`` for ``LATENCY_STAY`` hops (as :func:`settled_at`, at the real jobs'
+    tolerance and against the steps so far: real jobs drift)."""
+    streak, since = 0, None
+    for u in ups:
+        if u.time_s <= after:
+            continue
+        want = truth(u.time_s)
+        if u.reported_s is not None and want and abs(u.reported_s / want - 1.0) <= REAL_TOL:
+            since = since if streak else u.time_s
+            streak += 1
+            if streak >= LATENCY_STAY:
+                return since
+        else:
+            streak = 0
+    return None
+
+
+def run_real(rec: RealRecording, hop_s: float = 1.0) -> RealStats:
+    """Replay ``rec`` through :func:`run_online` at each of ``REAL_PHASES``."""
+    settings = PipelineSettings(hop_s=hop_s, counter_rate_hz=100.0)
+    steady = rec.ends[max(0, rec.warmup - 1) :]
+    steps = np.diff(steady)
+    typical = steps if rec.aperiodic else steps[steps <= REAL_PAUSE * float(np.median(steps))]
+    ends = rec.ends
+
+    def so_far(at: float) -> float | None:  # from the first steady steps on
+        return _mean_step_before(steady, at, fewest=2)
+
+    first: list[float | None] = []
+    relock: list[float | None] = []
+    locked = during = locked_any = 0
+    errors: list[float] = []
+    for phase in REAL_PHASES:
+        ups = run_online(
+            Stream(rec.times, rec.cum),
+            settings,
+            t_start=float(rec.times[0]) + phase,
+            t_end=float(rec.ends[-1]),
+        )
+        locked_any += sum(u.reported_s is not None for u in ups)
+        at = _settled(ups, so_far)
+        first.append(None if at is None else (at - float(steady[0])) / float(typical.mean()))
+        if at is None:
+            continue
+        for u in ups:
+            if u.time_s < at:
+                continue
+            during += 1
+            if u.reported_s is None:
+                continue
+            locked += 1
+            truths = [_mean_step_before(ends, u.time_s, k, k) for k in REAL_SPANS]
+            known = [abs(u.reported_s / t - 1.0) for t in truths if t is not None]
+            if known:
+                errors.append(min(known))
+        if rec.changed_at_step is not None:
+            cut = float(ends[rec.changed_at_step - 1])
+            new = float(np.diff(ends[rec.changed_at_step - 1 :]).mean())
+            since = _settled(ups, lambda _, new=new: new, cut)
+            relock.append(None if since is None else since - cut)
+    err = np.asarray(errors)
+    return RealStats(
+        name=rec.name,
+        steps=int(steps.size),
+        mean_step_s=float(typical.mean()),
+        step_cv=float(typical.std() / typical.mean()),
+        first_lock=first,
+        locked_share=locked / during if during else 0.0,
+        right_share=float(np.mean(err <= REAL_TOL)) if err.size else 0.0,
+        t_err_med=float(np.median(err)) if err.size else None,
+        relock=relock if rec.changed_at_step is not None else None,
+        locked_hops=locked_any,
+        aperiodic=rec.aperiodic,
+    )
+
+
+def real_recordings() -> list[RealRecording]:
+    """Every counter fixture of a real job, by name."""
+    return [load_real(p) for p in sorted(REAL_FIXTURES.glob("*.csv.gz"))]
+
+
+def _steps_list(values: Sequence[float | None]) -> str:
+    return ", ".join("never" if v is None else f"{v:.1f}" for v in values)
+
+
+def render_real(rep: Report, rows: Sequence[RealStats], hop_s: float) -> None:
+    """The online wrapper on real recordings (tests/fixtures/counters)."""
+    rep.emit(f"## Real recordings (online wrapper, default settings, hop {hop_s:g} s)")
+    rep.emit()
+    rep.emit(
+        "The counter fixtures of real 2-rank PyTorch jobs (tests/fixtures/counters, each "
+        "described in its `.truth.json`; 100 Hz sysfs polls of a shaped veth, step ends logged "
+        "by rank 0), replayed hop by hop from the first poll at offsets of "
+        f"{', '.join(f'{p:g}' for p in REAL_PHASES)} s. *first lock*: steps after the warm-up "
+        f"until T is within {REAL_TOL:.0%} of the mean of the steps so far (up to the last "
+        f"{REAL_STEPS}) and stays for {LATENCY_STAY} hops, per offset (no window is estimated "
+        "under the 2 s minimum: 3-5 steps of 0.4-0.6 s; negative: locked during the warm-up). "
+        "*locked*: hops with T "
+        f"from then to the last step. *right*: of those, T within {REAL_TOL:.0%} of the mean "
+        "of the last "
+        f"{', '.join(map(str, REAL_SPANS[:-1]))} or {REAL_SPANS[-1]} steps (the locked window "
+        "holds 16 periods, and restarts on the newest few after a change; pauses over "
+        f"{REAL_PAUSE:g} median steps left out); *T err*: the median of the smallest of those "
+        "errors. *re-lock*: "
+        f"after a change of step time, seconds from the first new step's start until T is "
+        f"within {REAL_TOL:.0%} of the new mean step for {LATENCY_STAY} hops. Aperiodic "
+        "recordings: hops with any T (none wanted)."
+    )
+    rep.emit()
+    rep.emit(
+        "| recording | steps | mean step | step spread | first lock (steps) | locked | right "
+        "| T err | re-lock (s) |"
+    )
+    rep.emit("|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        if r.aperiodic:
+            rep.emit(
+                f"| {r.name} (aperiodic) | {r.steps} replies | {r.mean_step_s:.3f} s | "
+                f"{_pct(r.step_cv)} | – | hops with T: {r.locked_hops} | – | – | – |"
+            )
+            continue
+        rep.emit(
+            f"| {r.name} | {r.steps} | {r.mean_step_s:.3f} s | {_pct(r.step_cv)} | "
+            f"{_steps_list(r.first_lock)} | {_pct(r.locked_share)} | {_pct(r.right_share)} | "
+            f"{_pct(r.t_err_med, 2) if r.t_err_med is not None else '–'} | "
+            f"{_steps_list(r.relock) if r.relock is not None else ''} |"
+        )
+    rep.emit()
+
+
 def render_cost(
     rep: Report, rows: Sequence[CostRow], repeat: int, steady: tuple[float, float] | None
 ) -> None:
@@ -1982,7 +2195,7 @@ def render_targets(rep: Report, checks: Sequence[TargetCheck]) -> None:
     rep.emit()
 
 
-SECTIONS = ("main", "crb", "latency", "streams", "cost")
+SECTIONS = ("main", "crb", "latency", "streams", "real", "cost")
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -2094,6 +2307,12 @@ def main(argv: Sequence[str] | None = None) -> None:
         ]
         timings.append(("stalled streams", time.perf_counter() - t))
         render_stalls(rep, stalls)
+
+    if "real" in sections:
+        t = time.perf_counter()
+        real = [run_real(rec) for rec in real_recordings()]
+        timings.append(("real recordings", time.perf_counter() - t))
+        render_real(rep, real, 1.0)
 
     cost: list[CostRow] = []
     steady: tuple[float, float] | None = None

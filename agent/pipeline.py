@@ -626,7 +626,7 @@ class Pipeline:
             relocked = update.period_s if update.changed else None
             keep_from: float | None = None
             if relocked is None and update.period_s is not None:
-                watch = await self._recent_watch(inputs, update.period_s)
+                watch = await self._recent_watch(inputs, update.period_s, est.period_direction)
                 relocked = self._tracker.challenge(watch.period_s, step=watch.step)
                 if relocked is not None:
                     update = replace(update, period_s=relocked, changed=True)
@@ -755,14 +755,19 @@ class Pipeline:
             )
         return params
 
-    async def _recent_watch(self, inputs: EstimateInputs, locked_s: float) -> RecentWatch:
+    async def _recent_watch(
+        self, inputs: EstimateInputs, locked_s: float, direction: str | None = None
+    ) -> RecentWatch:
         """The step-change watch over the last few locked periods, off the loop.
 
-        Its edge fallback reads the locked window's grid of the same direction (``inputs``),
-        and the whole ring's for the steps before it.
+        It reads ``direction`` (where the estimate found T; by default the busier one). Its edge
+        fallback reads the locked window's grid of the same direction (``inputs``), and the
+        whole ring's for the steps before it.
         """
         source, grids = self._network(since=self._window_start(self._cfg.change_window_periods))
         chosen = busier_direction(grids) if grids else None
+        if direction is not None and direction in grids:
+            chosen = direction, grids[direction]
         history: Callable[[], GridSeries | None]
         if chosen is not None:
             direction, recent = chosen

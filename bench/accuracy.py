@@ -66,10 +66,10 @@ from typing import Literal
 import numpy as np
 import numpy.typing as npt
 
-from agent.estimate import Estimate, EstimateInputs, estimate, estimate_recent
+from agent.estimate import Estimate, EstimateInputs, busier_direction, estimate, estimate_recent
 from agent.period import estimate_period
 from agent.pipeline import PipelineSettings
-from agent.rates import GridSeries, grid_from_cumulative
+from agent.rates import Direction, GridSeries, grid_from_cumulative
 from agent.tracker import (
     PeriodTracker,
     RecentWatch,
@@ -1026,10 +1026,15 @@ def crb_grid(windows: int, seed: int) -> list[CrbCell]:
 
 @dataclass
 class Stream:
-    """A whole counter stream (all polls), read by the online wrapper one hop at a time."""
+    """A whole counter stream (all polls), read by the online wrapper one hop at a time.
+
+    ``cumulative`` is the tx counter; ``rx``, if given, the other direction's, polled at the
+    same instants (the pipeline hands the estimator both).
+    """
 
     times: FloatArray
     cumulative: FloatArray
+    rx: FloatArray | None = None
 
 
 class OnlineWindow:
@@ -1065,6 +1070,29 @@ class OnlineWindow:
         except ValueError:
             return None
 
+    def grids(self, since: float | None = None) -> dict[Direction, GridSeries]:
+        """Both directions' grids, as ``CounterWindow.grids`` (only tx without ``rx``)."""
+        tx = self.grid(since)
+        if tx is None:
+            return {}
+        if self._s.rx is None:
+            return {"tx": tx}
+        lo = (
+            self._lo
+            if since is None
+            else max(self._lo, int(np.searchsorted(self._s.times, since, side="left")))
+        )
+        sl = slice(lo, self._hi)
+        try:
+            return {"tx": tx, "rx": to_grid(self._s.times[sl], self._s.rx[sl])}
+        except ValueError:
+            return {"tx": tx}
+
+
+def _busier(grids: dict[Direction, GridSeries]) -> GridSeries | None:
+    chosen = busier_direction(grids) if grids else None
+    return chosen[1] if chosen is not None else None
+
 
 @dataclass(frozen=True)
 class OnlineUpdate:
@@ -1088,7 +1116,7 @@ def _job_gone(window: OnlineWindow, est: Estimate, locked: float | None) -> floa
         return None
     if not job_gone(quiet, period, 0.0):
         return None
-    ring = window.grid()
+    ring = window.grids().get(est.direction or "tx")  # the direction of the threshold
     if ring is None or not job_gone(quiet, period, longest_gap_s(ring, threshold)):
         return None
     return last_end
@@ -1134,7 +1162,8 @@ def run_online(
         if now > t_end:
             break
         window.advance(now)
-        grid = window.grid(since=start(now, settings.lock_window_periods))
+        grids = window.grids(since=start(now, settings.lock_window_periods))
+        grid = _busier(grids)
         # 10 % slack, as Pipeline._inputs: a locked window of min_window_s holds a poll less.
         if grid is None or grid.duration_s < 0.9 * settings.min_window_s:
             # Pipeline._held: a re-lock's cut window, too short yet, shows the lock.
@@ -1147,7 +1176,7 @@ def run_online(
             continue
         est, recent_from = estimate_recent(
             EstimateInputs(
-                network={"tx": grid}, network_source="counters", expected_period_s=tracker.expected
+                network=grids, network_source="counters", expected_period_s=tracker.expected
             ),
             min_window_s=settings.min_window_s,
         )
@@ -1190,15 +1219,25 @@ def run_online(
         relocked = update.period_s if update.changed else None
         keep_from: float | None = None
         if reset and relocked is None and update.period_s is not None:
-            recent = window.grid(since=start(now, settings.change_window_periods))
+            # As Pipeline._recent_watch: the direction the estimate found T in.
+            recents = window.grids(since=start(now, settings.change_window_periods))
+            side = est.period_direction
+            if side not in recents:
+                chosen = busier_direction(recents) if recents else None
+                side = chosen[0] if chosen is not None else None
+            recent = recents.get(side) if side is not None else None
+            edges = grids.get(side) if side is not None else None
             watch = (
-                watch_recent(recent, update.period_s, edges_from=grid)
+                watch_recent(recent, update.period_s, edges_from=edges)
                 if recent
                 else RecentWatch(None)
             )
             if recent and watch.step is not None and watch.step.decisive:  # as the pipeline
                 watch = watch_recent(
-                    recent, update.period_s, edges_from=grid, history_from=window.grid()
+                    recent,
+                    update.period_s,
+                    edges_from=edges,
+                    history_from=window.grids().get(side) if side is not None else None,
                 )
             relocked = tracker.challenge(watch.period_s, step=watch.step)
             if relocked is not None:
@@ -1217,7 +1256,7 @@ def run_online(
                 or estimates % max(1, settings.outer_watch_hops) == 0
             )
         ):
-            whole = window.grid()
+            whole = _busier(window.grids())
             relocked = tracker.widen(whole_window_period(whole) if whole else None)
             if relocked is not None:
                 update = replace(update, period_s=relocked, changed=True)
@@ -1956,7 +1995,6 @@ REAL_PHASES = (0.0, 0.25, 0.5, 0.75)
 #: window holds 16 periods, and after a change of step time (real jobs slow down and speed up
 #: by 20 % on their own) it restarts on the newest few.
 REAL_TOL = 0.05
-REAL_STEPS = 16
 REAL_SPANS = (4, 8, 16)
 #: Steps this many times the median one are pauses (evaluation, checkpoints), not steps.
 REAL_PAUSE = 2.0
@@ -1968,7 +2006,8 @@ class RealRecording:
 
     name: str
     times: FloatArray
-    cum: FloatArray  # the direction that moved more bytes
+    tx: FloatArray  # cumulative bytes sent
+    rx: FloatArray  # ... and received
     ends: FloatArray
     warmup: int
     changed_at_step: int | None
@@ -1981,12 +2020,12 @@ def load_real(path: Path) -> RealRecording:
     with gzip.open(path, "rt") as fh:
         data = np.loadtxt(fh, delimiter=",", skiprows=1)
     truth = json.loads(path.with_name(f"{name}.truth.json").read_text())
-    column = 1 if data[-1, 1] - data[0, 1] > data[-1, 2] - data[0, 2] else 2
     changed = truth.get("changed_at_step")
     return RealRecording(
         name=name,
         times=data[:, 0],
-        cum=data[:, column],
+        tx=data[:, 2],  # time,<if>_rx_bytes,<if>_tx_bytes
+        rx=data[:, 1],
         ends=np.asarray(truth["step_end_s"], dtype=np.float64),
         warmup=int(truth.get("warmup_steps", 0)),
         changed_at_step=int(changed) if changed is not None else None,
@@ -1994,9 +2033,7 @@ def load_real(path: Path) -> RealRecording:
     )
 
 
-def _mean_step_before(
-    ends: FloatArray, at: float, count: int = REAL_STEPS, fewest: int = REAL_STEPS // 2
-) -> float | None:
+def _mean_step_before(ends: FloatArray, at: float, count: int, fewest: int) -> float | None:
     """Mean of the last ``count`` steps that ended by ``at``, pauses left out (None: fewer than
     ``fewest`` of them)."""
     steps = np.diff(ends)
@@ -2015,25 +2052,35 @@ class RealStats:
     step_cv: float
     first_lock: list[float | None]  # steps after the warm-up, per phase
     locked_share: float  # hops with T between the first lock and the last step
-    right_share: float  # of those, T within REAL_TOL of the mean of the last REAL_STEPS steps
+    right_share: float  # of those, T within REAL_TOL by _step_error
     t_err_med: float | None
     relock: list[float | None] | None  # change: seconds until T is right for 3 hops
     locked_hops: int  # hops with any T (an aperiodic recording wants none)
     aperiodic: bool = False
 
 
+def _step_error(ends: FloatArray, at: float, value: float) -> float | None:
+    """``|value / m − 1|`` for the closest ``m`` of the means of the last 4, 8 and 16 steps that
+    ended by ``at`` (each of the steps there are, at least 2; None: fewer)."""
+    means = [_mean_step_before(ends, at, k, 2) for k in REAL_SPANS]
+    errors = [abs(value / m - 1.0) for m in means if m is not None]
+    return min(errors) if errors else None
+
+
 def _settled(
-    ups: Sequence[OnlineUpdate], truth: Callable[[float], float | None], after: float = -math.inf
+    ups: Sequence[OnlineUpdate],
+    error: Callable[[float, float], float | None],
+    after: float = -math.inf,
 ) -> float | None:
-    """Time of the first hop after ``after`` from which T stays within ``REAL_TOL`` of
-    ``truth(hop time)`` for ``LATENCY_STAY`` hops (as :func:`settled_at`, at the real jobs'
-    tolerance and against the steps so far: real jobs drift)."""
+    """Time of the first hop after ``after`` from which T stays within ``REAL_TOL`` for
+    ``LATENCY_STAY`` hops by ``error(hop time, T)`` (as :func:`settled_at`, at the real jobs'
+    tolerance and against the recent steps: real jobs drift)."""
     streak, since = 0, None
     for u in ups:
         if u.time_s <= after:
             continue
-        want = truth(u.time_s)
-        if u.reported_s is not None and want and abs(u.reported_s / want - 1.0) <= REAL_TOL:
+        err = error(u.time_s, u.reported_s) if u.reported_s is not None else None
+        if err is not None and err <= REAL_TOL:
             since = since if streak else u.time_s
             streak += 1
             if streak >= LATENCY_STAY:
@@ -2051,8 +2098,8 @@ def run_real(rec: RealRecording, hop_s: float = 1.0) -> RealStats:
     typical = steps if rec.aperiodic else steps[steps <= REAL_PAUSE * float(np.median(steps))]
     ends = rec.ends
 
-    def so_far(at: float) -> float | None:  # from the first steady steps on
-        return _mean_step_before(steady, at, fewest=2)
+    def so_far(at: float, value: float) -> float | None:  # from the first steady steps on
+        return _step_error(steady, at, value)
 
     first: list[float | None] = []
     relock: list[float | None] = []
@@ -2060,7 +2107,7 @@ def run_real(rec: RealRecording, hop_s: float = 1.0) -> RealStats:
     errors: list[float] = []
     for phase in REAL_PHASES:
         ups = run_online(
-            Stream(rec.times, rec.cum),
+            Stream(rec.times, rec.tx, rec.rx),
             settings,
             t_start=float(rec.times[0]) + phase,
             t_end=float(rec.ends[-1]),
@@ -2077,14 +2124,13 @@ def run_real(rec: RealRecording, hop_s: float = 1.0) -> RealStats:
             if u.reported_s is None:
                 continue
             locked += 1
-            truths = [_mean_step_before(ends, u.time_s, k, k) for k in REAL_SPANS]
-            known = [abs(u.reported_s / t - 1.0) for t in truths if t is not None]
-            if known:
-                errors.append(min(known))
+            err = _step_error(ends, u.time_s, u.reported_s)
+            if err is not None:
+                errors.append(err)
         if rec.changed_at_step is not None:
             cut = float(ends[rec.changed_at_step - 1])
             new = float(np.diff(ends[rec.changed_at_step - 1 :]).mean())
-            since = _settled(ups, lambda _, new=new: new, cut)
+            since = _settled(ups, lambda _, v, new=new: abs(v / new - 1.0), cut)
             relock.append(None if since is None else since - cut)
     err = np.asarray(errors)
     return RealStats(
@@ -2107,6 +2153,10 @@ def real_recordings() -> list[RealRecording]:
     return [load_real(p) for p in sorted(REAL_FIXTURES.glob("*.csv.gz"))]
 
 
+def _seconds_list(steps: Sequence[float | None], step_s: float) -> str:
+    return ", ".join("never" if v is None else f"{v * step_s:.1f}" for v in steps) + " s"
+
+
 def _steps_list(values: Sequence[float | None]) -> str:
     return ", ".join("never" if v is None else f"{v:.1f}" for v in values)
 
@@ -2118,16 +2168,17 @@ def render_real(rep: Report, rows: Sequence[RealStats], hop_s: float) -> None:
     rep.emit(
         "The counter fixtures of real 2-rank PyTorch jobs (tests/fixtures/counters, each "
         "described in its `.truth.json`; 100 Hz sysfs polls of a shaped veth, step ends logged "
-        "by rank 0), replayed hop by hop from the first poll at offsets of "
+        "by rank 0), both directions replayed hop by hop from the first poll at offsets of "
         f"{', '.join(f'{p:g}' for p in REAL_PHASES)} s. *first lock*: steps after the warm-up "
-        f"until T is within {REAL_TOL:.0%} of the mean of the steps so far (up to the last "
-        f"{REAL_STEPS}) and stays for {LATENCY_STAY} hops, per offset (no window is estimated "
+        f"until T is *right* (below) and stays so for {LATENCY_STAY} hops, per offset (no "
+        "window is estimated "
         "under the 2 s minimum: 3-5 steps of 0.4-0.6 s; negative: locked during the warm-up). "
         "*locked*: hops with T "
         f"from then to the last step. *right*: of those, T within {REAL_TOL:.0%} of the mean "
         "of the last "
-        f"{', '.join(map(str, REAL_SPANS[:-1]))} or {REAL_SPANS[-1]} steps (the locked window "
-        "holds 16 periods, and restarts on the newest few after a change; pauses over "
+        f"{', '.join(map(str, REAL_SPANS[:-1]))} or {REAL_SPANS[-1]} steps (as many as there "
+        "are, 2 at least: the locked window holds 16 periods, and restarts on the newest few "
+        "after a change; pauses over "
         f"{REAL_PAUSE:g} median steps left out); *T err*: the median of the smallest of those "
         "errors. *re-lock*: "
         f"after a change of step time, seconds from the first new step's start until T is "
@@ -2136,7 +2187,7 @@ def render_real(rep: Report, rows: Sequence[RealStats], hop_s: float) -> None:
     )
     rep.emit()
     rep.emit(
-        "| recording | steps | mean step | step spread | first lock (steps) | locked | right "
+        "| recording | steps | mean step | step spread | first lock: steps (s) | locked | right "
         "| T err | re-lock (s) |"
     )
     rep.emit("|---|---|---|---|---|---|---|---|---|")
@@ -2149,7 +2200,8 @@ def render_real(rep: Report, rows: Sequence[RealStats], hop_s: float) -> None:
             continue
         rep.emit(
             f"| {r.name} | {r.steps} | {r.mean_step_s:.3f} s | {_pct(r.step_cv)} | "
-            f"{_steps_list(r.first_lock)} | {_pct(r.locked_share)} | {_pct(r.right_share)} | "
+            f"{_steps_list(r.first_lock)} ({_seconds_list(r.first_lock, r.mean_step_s)}) | "
+            f"{_pct(r.locked_share)} | {_pct(r.right_share)} | "
             f"{_pct(r.t_err_med, 2) if r.t_err_med is not None else '–'} | "
             f"{_steps_list(r.relock) if r.relock is not None else ''} |"
         )

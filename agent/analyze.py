@@ -312,7 +312,7 @@ def _one_job(
     return sub, replace(part, warnings=(*part.warnings, note))
 
 
-#: Most pieces a recording without a period is cut into to look for a change of step time.
+#: Most pieces a recording is cut into to look for a change of step time.
 STEP_PIECES_MAX = 16
 
 
@@ -347,20 +347,22 @@ def _step_parts(
     """The newest step time, when the recording's step time changed.
 
     A job whose steps went from 0.41 to 0.56 s halfway (a real DDP job whose batch doubled)
-    has no period over the whole recording, and was called inference; two real jobs spliced
-    without a pause (0.57 s steps for 30 s, then 0.40 s for 70 s) read as the first one's
-    period alone, with bytes per step of neither. Cut into pieces of ``JOB_MIN_S`` or more,
-    such a recording shows one period, then the other. Two neighbouring runs of at least two
-    pieces each whose periods differ by more than ``JOB_PERIODS_DIFFER`` are taken for a change
-    of step time: the newest run is estimated and shown, as the live agent shows it at the end
-    of the recording, and a warning names every run. Pieces that straddle the change (no
-    period, or one between the two) are left out of both. Each run is estimated again over its
-    whole span: pieces that show a nested job's inner period (an FSDP job's layers) read as
-    its step there, and so as no change.
+    has no period over the whole recording, and was called inference; one whose steps went
+    from 0.60 to 0.73 s (a real job with pauses) read as a mix of both. Cut into pieces of
+    ``JOB_MIN_S`` or more, such a recording shows one period, then the other. Two
+    neighbouring runs of at least two pieces each whose periods differ by more than
+    ``JOB_PERIODS_DIFFER`` are taken for a change of step time: the newest run is estimated
+    and shown, as the live agent shows it at the end of the recording, and a warning names
+    every run. Pieces that straddle the change (no period, or one between the two) are left
+    out of both. Each run is estimated again over its whole span: pieces that show a nested
+    job's inner period (an FSDP job's layers) read as its step there, and so as no change.
     """
     chosen = busier_direction(network)
-    if chosen is None:
-        return inputs, est
+    grids = list(network.values())
+    if chosen is None or any(
+        g.rate.size != grids[0].rate.size or g.t0 != grids[0].t0 for g in grids
+    ):
+        return inputs, est  # pieces are cut by slot: the directions must share one grid
     grid = chosen[1]
     count = min(STEP_PIECES_MAX, int(grid.rate.size * grid.dt // JOB_MIN_S))
     if count < 4:

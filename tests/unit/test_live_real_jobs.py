@@ -693,3 +693,12 @@ def test_a_real_job_beside_another_flow_keeps_its_lock_on_the_clean_direction() 
     assert all(f is not None and f <= 14.0 for f in stats.first_lock), stats.first_lock
     assert stats.locked_share >= 0.97
     assert stats.right_share >= 0.9
+
+
+def test_a_real_moe_like_layer_stack_is_locked_on_its_step() -> None:
+    """Six layers forward and back, each with an all-to-all of 256 KiB, then a 4 MB all-reduce:
+    0.157 s steps, locked within 2.5 s of the warm-up and right on nearly every hop."""
+    stats = _real("moe-gloo-layers")
+    assert all(f is not None and f * stats.mean_step_s <= 2.5 for f in stats.first_lock)
+    assert stats.locked_share >= 0.97
+    assert stats.right_share >= 0.95

@@ -1363,6 +1363,54 @@ def _train_level(x: FloatArray, dt: float, inner_s: float) -> PyramidLevel | Non
     return PyramidLevel(samples=averaged, dt=dt, start_s=0.5 * (width - 1) * dt)
 
 
+#: An outer cycle's mark is saturated when the middle half of it averages at least this share
+#: of the way from the background to the burst level.
+_RIDING_FILL = 0.9
+
+
+def _riding_event(x: FloatArray, dt: float, t0: float, inner_s: float, outer_s: float) -> bool:
+    """Whether a longer period is only another transfer riding on the inner rhythm.
+
+    An asynchronous checkpoint every 12 s beside a real DDP job's 0.41 s steps: the steps go on
+    through it, and what repeats every 13.2 s is 1.2 s of a saturated link (the live agent
+    widened its lock to 13.2 s, with the steps as the inner period). A step made of inner
+    bursts is marked otherwise: by a quiet gap (the compute of a ZeRO-3 or FSDP step, a
+    pipeline's flush: measured 0-0.5 of the way from the background to the bursts) or by a
+    sync burst among compute (gradient accumulation: 0.7). Each outer cycle's mark is its
+    longest interval between inner rises (of two inner periods at least); when the middle
+    halves of the marks are saturated (``_RIDING_FILL``), the longer period is another flow's
+    and the steps are the inner period. Inner periods under 8 samples are not timed: no test.
+    """
+    if inner_s / dt < 8:
+        return False
+    timing = edge_timing(x, dt, inner_s, t0=t0)
+    if timing is None or timing.rising_s.size < 4:
+        return False
+    rises = timing.rising_s
+    gaps = np.diff(rises)
+    cycles = int((rises[-1] - rises[0]) // outer_s)
+    if cycles < 2:
+        return False
+    lo, hi = two_means(x)
+    if hi <= lo:
+        return False
+    fills: list[float] = []
+    for k in range(cycles):
+        begin = rises[0] + k * outer_s
+        inside = np.flatnonzero((rises[:-1] >= begin) & (rises[:-1] < begin + outer_s))
+        if inside.size == 0:
+            continue
+        j = int(inside[np.argmax(gaps[inside])])
+        if gaps[j] < 2.0 * inner_s:
+            continue
+        a = float(rises[j]) + 0.25 * float(gaps[j])
+        i0 = max(0, math.ceil((a - t0) / dt))
+        i1 = min(x.size, math.floor((a + 0.5 * float(gaps[j]) - t0) / dt))
+        if i1 > i0:
+            fills.append((float(np.mean(x[i0:i1])) - lo) / (hi - lo))
+    return len(fills) >= 2 and float(np.median(fills)) >= _RIDING_FILL
+
+
 def _locked_outer(
     expected_s: float,
     detections: list[LevelDetection],
@@ -1482,6 +1530,8 @@ def estimate_period(
         outer = _locked_outer(expected_period_s, detections, pyramid, prepared, cfg, t0)
         if outer is not None:
             inner, current = current, outer
+    if inner is not None and _riding_event(x, dt, t0, inner.period_s, current.period_s):
+        current, inner = inner, None
 
     if current.period_s / dt < 8:
         share = _occupancy(x, dt, current.period_s)

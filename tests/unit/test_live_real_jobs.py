@@ -702,3 +702,30 @@ def test_a_real_moe_like_layer_stack_is_locked_on_its_step() -> None:
     assert all(f is not None and f * stats.mean_step_s <= 2.5 for f in stats.first_lock)
     assert stats.locked_share >= 0.97
     assert stats.right_share >= 0.95
+
+
+def test_an_asynchronous_checkpoint_does_not_become_the_step() -> None:
+    """DDP (0.41 s steps) writing 40 MB over the same link every 12 s while it trains: once the
+    ring held two checkpoints, the whole-window watch widened the lock to the 13.2 s checkpoint
+    cycle (T 32 times the step for the rest of the job). The steps run on through each write,
+    which only saturates the link: no hop at any offset shows a T over twice the mean step,
+    and offline the step is T, without an inner period."""
+    stats = _real("ddp-gloo-checkpoint")
+    assert stats.locked_share >= 0.97
+    # The 4-16 steps around a write include some of 0.6-0.9 s, which T, read from the steady
+    # steps' edges, leaves out: 87 % of hops are within 5 % of their mean.
+    assert stats.right_share >= 0.8
+    rec = acc.load_real(FIXTURES / "ddp-gloo-checkpoint.csv.gz")
+    for phase in PHASES:
+        updates = acc.run_online(
+            acc.Stream(rec.times, rec.tx, rec.rx),
+            PipelineSettings(hop_s=1.0, counter_rate_hz=100.0),
+            t_start=float(rec.times[0]) + phase,
+            t_end=float(rec.ends[-1]),
+        )
+        shown = [u.reported_s for u in updates if u.reported_s is not None]
+        assert shown
+        assert max(shown) <= 2.0 * stats.mean_step_s
+    est = analyze_files(counters=[FIXTURES / "ddp-gloo-checkpoint.csv.gz"]).estimate
+    assert est.period_s == pytest.approx(stats.mean_step_s, rel=0.05)
+    assert est.inner_period_s is None

@@ -460,3 +460,40 @@ def test_bursts_per_period_count_the_span_of_the_bursts_not_an_idle_head() -> No
     assert r.method == "edges"
     assert r.rising_edges_s is not None
     assert r.rising_edges_s[0] == pytest.approx(30.0, abs=0.005)
+
+
+@pytest.mark.parametrize(("every_s", "seed"), [(12.9, 3), (11.1, 4), (9.4, 5), (13.7, 6)])
+@pytest.mark.parametrize(("step_s", "duty", "ckpt_s"), [(0.4, 0.55, 1.2), (0.5, 0.4, 1.0)])
+def test_a_transfer_riding_on_the_steps_is_not_their_outer_period(
+    every_s: float, seed: int, step_s: float, duty: float, ckpt_s: float
+) -> None:
+    """Steps and, every ``every_s`` seconds, ``ckpt_s`` of another transfer that fills the link
+    (an asynchronous checkpoint; proportions of the real ddp-gloo-checkpoint recording): the
+    steps go on through it. The longer period is the checkpoint's, marked by a saturated
+    stretch, not a step made of the bursts: T is the step, with no inner period (before: the
+    checkpoint's period, the steps inside it)."""
+    steps, realised = periodic_bursts(step_s, duty, 80.0, jitter=0.02, seed=seed)
+    starts = np.arange(3.0, 80.0, every_s)
+    ckpt = np.column_stack((starts, starts + ckpt_s, np.ones(starts.size)))
+    x = np.minimum(sample_bursts(np.vstack((steps, ckpt)), 100.0, 80.0), 1.0)
+    x = x + np.random.default_rng(seed).normal(0.0, 0.02, x.size)
+    res = estimate_period(x, 0.01)
+    assert res.period_s == pytest.approx(realised, rel=0.01)
+    assert res.inner_period_s is None
+
+
+@pytest.mark.parametrize("seed", [4, 5])
+def test_a_step_marked_by_a_quiet_gap_keeps_its_layers_inside(seed: int) -> None:
+    """The same bursts in trains of 8 with a 1.5 s quiet gap after each (a ZeRO-3 step's layer
+    gathers, then compute): the step is T and the layer spacing its inner period."""
+    rng = np.random.default_rng(seed)
+    bursts, t = [], 0.3
+    while t < 80.0:
+        for k in range(8):
+            bursts.append((t + 0.25 * k, t + 0.25 * k + 0.1, 1.0))
+        t += 8 * 0.25 + 1.5 + 0.03 * rng.standard_normal()
+    x = sample_bursts(np.asarray(bursts), 100.0, 80.0)
+    x = x + rng.normal(0.0, 0.02, x.size)
+    res = estimate_period(x, 0.01)
+    assert res.period_s == pytest.approx(3.5, rel=0.03)
+    assert res.inner_period_s == pytest.approx(0.25, rel=0.05)

@@ -1368,7 +1368,9 @@ def _train_level(x: FloatArray, dt: float, inner_s: float) -> PyramidLevel | Non
 _RIDING_FILL = 0.9
 
 
-def _riding_event(x: FloatArray, dt: float, t0: float, inner_s: float, outer_s: float) -> bool:
+def _riding_event(
+    x: FloatArray, dt: float, t0: float, inner_s: float, outer_s: float, *, mark_cv: float = 0.0
+) -> bool:
     """Whether a longer period is only another transfer riding on the inner rhythm.
 
     An asynchronous checkpoint every 12 s beside a real DDP job's 0.41 s steps: the steps go on
@@ -1380,6 +1382,10 @@ def _riding_event(x: FloatArray, dt: float, t0: float, inner_s: float, outer_s: 
     longest interval between inner rises (of two inner periods at least); when the middle
     halves of the marks are saturated (``_RIDING_FILL``), the longer period is another flow's
     and the steps are the inner period. Inner periods under 8 samples are not timed: no test.
+    With ``mark_cv``, the marks' lengths must also spread at least that much: a timer's
+    transfer starts anywhere within a step (the real checkpoint's marks: 5 %), a step's own
+    saturating sync burst always after the same inner burst (a tensor-parallel job's gradient
+    all-reduce after its last layer: 1 %).
     """
     if inner_s / dt < 8:
         return False
@@ -1395,6 +1401,7 @@ def _riding_event(x: FloatArray, dt: float, t0: float, inner_s: float, outer_s: 
     if hi <= lo:
         return False
     fills: list[float] = []
+    lengths: list[float] = []
     for k in range(cycles):
         begin = rises[0] + k * outer_s
         inside = np.flatnonzero((rises[:-1] >= begin) & (rises[:-1] < begin + outer_s))
@@ -1403,12 +1410,57 @@ def _riding_event(x: FloatArray, dt: float, t0: float, inner_s: float, outer_s: 
         j = int(inside[np.argmax(gaps[inside])])
         if gaps[j] < 2.0 * inner_s:
             continue
+        lengths.append(float(gaps[j]))
         a = float(rises[j]) + 0.25 * float(gaps[j])
         i0 = max(0, math.ceil((a - t0) / dt))
         i1 = min(x.size, math.floor((a + 0.5 * float(gaps[j]) - t0) / dt))
         if i1 > i0:
             fills.append((float(np.mean(x[i0:i1])) - lo) / (hi - lo))
-    return len(fills) >= 2 and float(np.median(fills)) >= _RIDING_FILL
+    if len(fills) < 2 or float(np.median(fills)) < _RIDING_FILL:
+        return False
+    return mark_cv <= 0.0 or float(np.std(lengths) / np.mean(lengths)) >= mark_cv
+
+
+#: Spread of the marks' lengths above which a saturated mark that won a level outright is a
+#: timer's transfer (:func:`_steps_under`).
+_TIMER_MARK_CV = 0.04
+
+
+def _steps_under(
+    x: FloatArray,
+    dt: float,
+    t0: float,
+    found: LevelDetection,
+    prepared: _Level | None,
+    cfg: DetectorSettings,
+) -> LevelDetection | None:
+    """The steps, where a transfer riding on them won a level's choice of period outright.
+
+    Each level reports one period: where a checkpoint's saturated stretch holds more of the
+    variance than the steps, the finest level itself picks the checkpoint's period (synthetic
+    checkpoints of 1.0-1.2 s every 7.7 or 10.3 s over 0.4-0.5 s steps), and no inner period is
+    left to test. A clear rhythm inside that period (:func:`_inner_spacing`) that it rides on
+    (:func:`_riding_event`, marks spreading ``_TIMER_MARK_CV`` or more: here no walk vouched
+    for the nesting, and a tensor-parallel job's step read as its 12.5 ms layers without it)
+    is detected on the finest level on its own, and is T.
+    """
+    spacing = _inner_spacing(prepared, found.period_s, dt)
+    if spacing is None or not _riding_event(
+        x, dt, t0, spacing, found.period_s, mark_cv=_TIMER_MARK_CV
+    ):
+        return None
+    det = detect_level(
+        x[-cfg.level_samples :],
+        dt,
+        level=0,
+        lag_lo=cfg.min_lag_level0,
+        lag_hi=math.ceil(1.5 * spacing / dt),
+        settings=cfg,
+        prepared=prepared,
+    )
+    if det is None or not det.valid or abs(det.period_s / spacing - 1.0) > 0.1:
+        return None
+    return det
 
 
 def _locked_outer(
@@ -1532,6 +1584,8 @@ def estimate_period(
             inner, current = current, outer
     if inner is not None and _riding_event(x, dt, t0, inner.period_s, current.period_s):
         current, inner = inner, None
+    elif inner is None:
+        current = _steps_under(x, dt, t0, current, prepared[0], cfg) or current
 
     if current.period_s / dt < 8:
         share = _occupancy(x, dt, current.period_s)

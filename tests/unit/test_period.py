@@ -462,7 +462,7 @@ def test_bursts_per_period_count_the_span_of_the_bursts_not_an_idle_head() -> No
     assert r.rising_edges_s[0] == pytest.approx(30.0, abs=0.005)
 
 
-@pytest.mark.parametrize(("every_s", "seed"), [(12.9, 3), (11.1, 4), (9.4, 5), (13.7, 6)])
+@pytest.mark.parametrize(("every_s", "seed"), [(12.9, 3), (11.1, 4), (9.4, 5), (13.7, 6), (7.7, 2)])
 @pytest.mark.parametrize(("step_s", "duty", "ckpt_s"), [(0.4, 0.55, 1.2), (0.5, 0.4, 1.0)])
 def test_a_transfer_riding_on_the_steps_is_not_their_outer_period(
     every_s: float, seed: int, step_s: float, duty: float, ckpt_s: float
@@ -471,7 +471,8 @@ def test_a_transfer_riding_on_the_steps_is_not_their_outer_period(
     (an asynchronous checkpoint; proportions of the real ddp-gloo-checkpoint recording): the
     steps go on through it. The longer period is the checkpoint's, marked by a saturated
     stretch, not a step made of the bursts: T is the step, with no inner period (before: the
-    checkpoint's period, the steps inside it)."""
+    checkpoint's period, the steps inside it; every 7.7 s, the finest level picked the
+    checkpoint's period outright)."""
     steps, realised = periodic_bursts(step_s, duty, 80.0, jitter=0.02, seed=seed)
     starts = np.arange(3.0, 80.0, every_s)
     ckpt = np.column_stack((starts, starts + ckpt_s, np.ones(starts.size)))
@@ -497,3 +498,21 @@ def test_a_step_marked_by_a_quiet_gap_keeps_its_layers_inside(seed: int) -> None
     res = estimate_period(x, 0.01)
     assert res.period_s == pytest.approx(3.5, rel=0.03)
     assert res.inner_period_s == pytest.approx(0.25, rel=0.05)
+
+
+@pytest.mark.parametrize("fs", [500.0, 1000.0, 2000.0])
+@pytest.mark.parametrize("sync_s", [0.04, 0.08, 0.2])
+def test_a_saturating_sync_burst_after_the_layers_keeps_the_step(fs: float, sync_s: float) -> None:
+    """A tensor-parallel-like step: 12 layer exchanges 12.5 ms apart, then a gradient
+    all-reduce that fills the link, then 20 ms of host work. Its mark is saturated like a
+    checkpoint's, but always comes after the same layer: T is the step, not the layers."""
+    rng = np.random.default_rng(int(fs) + int(1000 * sync_s))
+    bursts, t = [], 0.01
+    while t < 30.0:
+        bursts += [(t + 0.0125 * k, t + 0.0125 * k + 0.005, 1.0) for k in range(12)]
+        t += 12 * 0.0125
+        bursts.append((t, t + sync_s, 1.0))
+        t += sync_s + 0.02 * (1.0 + 0.05 * rng.standard_normal())
+    x = sample_bursts(np.asarray(bursts), fs, 30.0) + rng.normal(0.0, 0.02, int(30 * fs))
+    res = estimate_period(x, 1.0 / fs)
+    assert res.period_s == pytest.approx(12 * 0.0125 + sync_s + 0.02, rel=0.02)

@@ -97,13 +97,19 @@ def poll_cores(
     # the neighbour. The neighbour's own reading decides (its noise is not the end's, so no
     # selection bias), and the end must read as the plateau does (a transfer's slow lead-in is
     # a ramp of partial polls). Bursts of 3 polls keep about 1.5 of their 2 whole polls instead
-    # of 1: B's spread falls by about a fifth.
+    # of 1 (benchmark S4: B's median error 1.21 -> 0.97 %). Gaps' ends alike, for the off level.
     edge = known & ~on & (u >= _EDGE_SHARE)
     before = np.concatenate(([False], on[:-1] | edge[:-1]))
     after = np.concatenate((on[1:] | edge[1:], [False]))
     whole_end = on & before & after & (u >= 1.0 - 3.0 * rel_noise)
     on_core = (on_core | whole_end) & usable
-    off_core = erode(known & (u < 0.5), 1) & usable
+    off = known & (u < 0.5)
+    # Likewise a gap's end, when the burst poll beside it holds the edge.
+    edge_on = on & (u <= 1.0 - _EDGE_SHARE)
+    before_off = np.concatenate(([False], off[:-1] | edge_on[:-1]))
+    after_off = np.concatenate((off[1:] | edge_on[1:], [False]))
+    whole_gap_end = off & before_off & after_off & (u <= 3.0 * rel_noise)
+    off_core = (erode(off, 1) | whole_gap_end) & usable
     return rate[on_core], spans[on_core], rate[off_core], spans[off_core]
 
 

@@ -394,14 +394,17 @@ def test_a_burst_end_whose_neighbour_holds_the_edge_is_a_whole_poll() -> None:
     """A burst from 2.4 to 5.4 polls: polls 3 and 4 are whole, 2 and 5 partial (0.6 and 0.4
     of the rate). Erosion alone kept poll 3 only; poll 4's outer neighbour holds the burst's
     falling edge, so 4 is whole too. Poll 2's outer neighbour is idle: 2 is the partial one,
-    and stays out (it would pull B down by 40 % of a poll's share)."""
+    and stays out (it would pull B down by 40 % of a poll's share). Gap ends likewise."""
     from agent.bursts import poll_cores
     from agent.rates import PollIntervals
 
     rate = np.array([0.0, 0.0, 0.6, 1.0, 1.0, 0.4, 0.0, 0.0, 0.0, 0.0])
     polls = PollIntervals(times=np.arange(rate.size + 1, dtype=np.float64), rate=rate)
-    on_r, _, _, _ = poll_cores(polls, 0.0, 1.0, 0.0, float(rate.size), 1.0, rel_noise=0.02)
+    on_r, _, off_r, _ = poll_cores(polls, 0.0, 1.0, 0.0, float(rate.size), 1.0, rel_noise=0.02)
     assert on_r.tolist() == [1.0, 1.0]
+    # The gaps alike: poll 1 is wholly idle (its neighbour, 2, holds the rising edge), and
+    # poll 5, the partial one, stays out of the background.
+    assert off_r.tolist() == [0.0, 0.0, 0.0, 0.0]
     # A plateau preceded by a ramp (a transfer's slow lead-in): the ramp's last poll, at 0.8,
     # is not read as whole though its neighbour (0.4) holds part of the transfer.
     ramp = np.array([0.0, 0.4, 0.8, 1.0, 1.0, 1.0, 0.0, 0.0, 0.0, 0.0])

@@ -1056,37 +1056,32 @@ class OnlineWindow:
         """Forget polls older than ``t``."""
         self._lo = max(self._lo, int(np.searchsorted(self._s.times, t, side="left")))
 
-    def grid(self, since: float | None = None) -> GridSeries | None:
-        """The grid the live window would hand the estimator (None under 3 polls); ``since``
-        keeps the polls at or after it, as ``CounterWindow.grids(since=...)``."""
+    def _rows(self, since: float | None) -> slice:
         lo = self._lo
         if since is not None:
             lo = max(lo, int(np.searchsorted(self._s.times, since, side="left")))
-        if self._hi - lo < 3:
+        return slice(lo, self._hi)
+
+    def _grid_of(self, rows: slice, cumulative: FloatArray | None) -> GridSeries | None:
+        if cumulative is None or rows.stop - rows.start < 3:
             return None
-        sl = slice(lo, self._hi)
         try:
-            return to_grid(self._s.times[sl], self._s.cumulative[sl])
+            return to_grid(self._s.times[rows], cumulative[rows])
         except ValueError:
             return None
 
+    def grid(self, since: float | None = None) -> GridSeries | None:
+        """The grid the live window would hand the estimator (None under 3 polls); ``since``
+        keeps the polls at or after it, as ``CounterWindow.grids(since=...)``."""
+        return self._grid_of(self._rows(since), self._s.cumulative)
+
     def grids(self, since: float | None = None) -> dict[Direction, GridSeries]:
         """Both directions' grids, as ``CounterWindow.grids`` (only tx without ``rx``)."""
-        tx = self.grid(since)
-        if tx is None:
-            return {}
-        if self._s.rx is None:
-            return {"tx": tx}
-        lo = (
-            self._lo
-            if since is None
-            else max(self._lo, int(np.searchsorted(self._s.times, since, side="left")))
-        )
-        sl = slice(lo, self._hi)
-        try:
-            return {"tx": tx, "rx": to_grid(self._s.times[sl], self._s.rx[sl])}
-        except ValueError:
-            return {"tx": tx}
+        rows = self._rows(since)
+        both = {"tx": self._grid_of(rows, self._s.cumulative)}
+        if both["tx"] is not None:
+            both["rx"] = self._grid_of(rows, self._s.rx)
+        return {d: g for d, g in both.items() if g is not None}
 
 
 def _busier(grids: dict[Direction, GridSeries]) -> GridSeries | None:

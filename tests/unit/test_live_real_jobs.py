@@ -648,7 +648,7 @@ def test_a_pause_shows_no_period_and_the_steps_after_it_are_locked_again(phase: 
     assert sum(locked) >= len(locked) - 1, locked
 
 
-# --- A change of step time, gradient accumulation, inference: the bench's replay ------------
+# --- Recordings of this batch (both directions), through the bench's replay ------------------
 
 
 def _real(name: str) -> Any:

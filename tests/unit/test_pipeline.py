@@ -503,3 +503,52 @@ def test_network_source_prefers_capture_and_does_not_flip_flop(
     source, grids = pipeline._network()
     assert source == chosen
     assert grids["tx"].rate[5:].mean() == pytest.approx(rates[chosen], rel=0.01)
+
+
+class SquareWaveBesideAFlow(SquareWaveCounters):
+    """:class:`SquareWaveCounters` on tx; on rx the same bursts plus another flow's chunks
+    (0.1-0.3 s at the link's 1 GB/s, at Poisson times 1.3 s apart on average), as a data
+    loader's reads: rx carries more bytes and the job's steps less clearly."""
+
+    def __init__(self, period: float) -> None:
+        super().__init__(period=period)
+        rng = np.random.default_rng(7)
+        starts = np.cumsum(rng.exponential(1.3, 200))
+        self.chunks = np.column_stack((starts, starts + rng.uniform(0.1, 0.3, starts.size)))
+
+    def _chunk_seconds(self, t: float) -> float:
+        """Seconds of chunks outside the job's bursts, from the start to ``t``."""
+        total = 0.0
+        for a, b in self.chunks:
+            if a >= t:
+                break
+            lo, hi = a, min(b, t)
+            # The link is shared: a chunk adds nothing while the job's burst fills it.
+            total += (hi - lo) - (self._wave_seconds(hi) - self._wave_seconds(lo))
+        return total
+
+    async def run(self, emit: Emit) -> None:
+        clock = MonotonicClock()
+        ticker = Ticker(clock, 0.005)
+        start = self.started = clock.now()
+        while True:
+            now = await ticker.tick()
+            t = now - start
+            tx = 1e9 * self._wave_seconds(t)
+            rx = tx + 1e9 * self._chunk_seconds(t)
+            emit(CounterReading(now, {"sq_tx_bytes": int(tx), "sq_rx_bytes": int(rx)}))
+
+
+def test_the_direction_without_the_other_flow_gives_t_live() -> None:
+    """A job's 0.5 s steps, with another flow's chunks on rx only (rx carries more bytes):
+    T is locked 2 s into the job (from rx alone: 7.5 s, and one hop 4 % short), is the step
+    on every hop after, and came from tx."""
+    wave = SquareWaveBesideAFlow(0.5)
+    seen = _run(wave, PipelineSettings(hop_s=0.5, counter_rate_hz=200), 12.0)
+    locked = [s for s in seen if s.locked and s.estimate is not None]
+    assert wave.started is not None
+    assert locked, [s.estimate for s in seen]
+    assert locked[0].time_s - wave.started <= 4.0  # two hops of slack for a busy host
+    assert all(s.estimate.period_s == pytest.approx(0.5, rel=0.02) for s in locked)
+    assert any(s.estimate.period_direction == "tx" for s in locked)
+    assert all(s.estimate.direction == "rx" for s in locked)

@@ -1439,10 +1439,11 @@ def _steps_under(
     Each level reports one period: where a checkpoint's saturated stretch holds more of the
     variance than the steps, the finest level itself picks the checkpoint's period (synthetic
     checkpoints of 1.0-1.2 s every 7.7 or 10.3 s over 0.4-0.5 s steps), and no inner period is
-    left to test. A clear rhythm inside that period (:func:`_inner_spacing`) that it rides on
-    (:func:`_riding_event`, marks spreading ``_TIMER_MARK_CV`` or more: here no walk vouched
-    for the nesting, and a tensor-parallel job's step read as its 12.5 ms layers without it)
-    is detected on the finest level on its own, and is T.
+    left to test; or the walk's inner period is two steps, read on a level where they alias
+    (every 8.3 s over 0.5 s steps). A clear rhythm inside that period (:func:`_inner_spacing`)
+    that it rides on (:func:`_riding_event`, marks spreading ``_TIMER_MARK_CV`` or more: no
+    walk vouched for this rhythm, and a tensor-parallel job's step read as its 12.5 ms layers
+    without it) is detected on the finest level on its own, and is T.
     """
     spacing = _inner_spacing(prepared, found.period_s, dt)
     if spacing is None or not _riding_event(
@@ -1584,8 +1585,12 @@ def estimate_period(
             inner, current = current, outer
     if inner is not None and _riding_event(x, dt, t0, inner.period_s, current.period_s):
         current, inner = inner, None
-    elif inner is None:
-        current = _steps_under(x, dt, t0, current, prepared[0], cfg) or current
+    else:
+        # The walk's inner period may be a multiple of the steps (two of them, on a level
+        # where they alias): the finest level's own rhythm is tried as well.
+        steps = _steps_under(x, dt, t0, current, prepared[0], cfg)
+        if steps is not None:
+            current, inner = steps, None
 
     if current.period_s / dt < 8:
         share = _occupancy(x, dt, current.period_s)

@@ -462,7 +462,10 @@ def test_bursts_per_period_count_the_span_of_the_bursts_not_an_idle_head() -> No
     assert r.rising_edges_s[0] == pytest.approx(30.0, abs=0.005)
 
 
-@pytest.mark.parametrize(("every_s", "seed"), [(12.9, 3), (11.1, 4), (9.4, 5), (13.7, 6), (7.7, 2)])
+@pytest.mark.parametrize(
+    ("every_s", "seed"),
+    [(12.9, 3), (11.1, 4), (9.4, 5), (13.7, 6), (7.7, 2), (10.3, 1), (8.3, 7)],
+)
 @pytest.mark.parametrize(("step_s", "duty", "ckpt_s"), [(0.4, 0.55, 1.2), (0.5, 0.4, 1.0)])
 def test_a_transfer_riding_on_the_steps_is_not_their_outer_period(
     every_s: float, seed: int, step_s: float, duty: float, ckpt_s: float
@@ -471,8 +474,8 @@ def test_a_transfer_riding_on_the_steps_is_not_their_outer_period(
     (an asynchronous checkpoint; proportions of the real ddp-gloo-checkpoint recording): the
     steps go on through it. The longer period is the checkpoint's, marked by a saturated
     stretch, not a step made of the bursts: T is the step, with no inner period (before: the
-    checkpoint's period, the steps inside it; every 7.7 s, the finest level picked the
-    checkpoint's period outright)."""
+    checkpoint's period, the steps inside it; every 7.7 or 10.3 s, the finest level picked
+    the checkpoint's period outright; every 8.3 s, the walk's inner period was two steps)."""
     steps, realised = periodic_bursts(step_s, duty, 80.0, jitter=0.02, seed=seed)
     starts = np.arange(3.0, 80.0, every_s)
     ckpt = np.column_stack((starts, starts + ckpt_s, np.ones(starts.size)))

@@ -28,7 +28,14 @@ import numpy.typing as npt
 from agent.levels import boxcar, erode, level_noise, separation, two_means
 from agent.rates import PollIntervals
 
-__all__ = ["MIN_CORE_SAMPLES", "BurstStats", "burst_stats", "on_runs", "poll_cores"]
+__all__ = [
+    "MIN_CORE_SAMPLES",
+    "BurstStats",
+    "burst_stats",
+    "on_runs",
+    "poll_cores",
+    "step_silence",
+]
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -65,6 +72,24 @@ def on_runs(mask: npt.NDArray[np.bool_]) -> tuple[npt.NDArray[np.int64], npt.NDA
     padded = np.concatenate(([False], mask, [False]))
     change = np.flatnonzero(padded[1:] != padded[:-1])
     return change[0::2].astype(np.int64), change[1::2].astype(np.int64)
+
+
+def step_silence(on: npt.NDArray[np.bool_], dt: float, period_s: float) -> float | None:
+    """The longest silence of a typical step, as a share of the step (None: under 2 steps).
+
+    A window of K whole steps holds each step's longest silence among its K longest off runs:
+    their median, over T, is the typical one (0 when the traffic never stops). DDP's bucketed
+    all-reduces leave the forward pass silent (a real job: 0.38 of the step), where ZeRO-3 /
+    FSDP gathers each layer's parameters through the forward pass too (real FSDP: 0.04).
+    """
+    steps = int(on.size * dt / period_s) if period_s > 0 else 0
+    if steps < 2:
+        return None
+    starts, ends = on_runs(~on)
+    longest = np.zeros(steps)
+    runs = np.sort(ends - starts)[::-1][:steps]
+    longest[: runs.size] = runs
+    return float(np.median(longest)) * dt / period_s
 
 
 def poll_cores(

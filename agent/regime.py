@@ -4,10 +4,18 @@ The rule, in order (evidence: DOMAIN.md's three regimes, and the simulator's sce
 tests/unit/test_regime.py and tests/integration/test_analyze_scenarios.py):
 
 1. **periodic traffic**, whatever its volume (a small job is still a job):
-   * **finetune** when the step is a *train* of many small collectives — an inner period at
-     least 3× shorter than T, or ≥ 6 bursts per period — or when the NCCL log says most bytes
-     go through AllGather/ReduceScatter (ZeRO-3 / FSDP);
-   * **training** otherwise: one (or a few) large synchronous bursts per step.
+   * with an NCCL log, its collectives decide: **finetune** when most bytes go through
+     AllGather/ReduceScatter (ZeRO / FSDP), **training** otherwise (DDP's AllReduce, however
+     many buckets; tensor-parallel AllReduce; pipeline Send/Recv);
+   * from the traffic alone, **finetune** when the step is a *train* of many small
+     collectives — an inner period at least 3× shorter than T, or ≥ 6 bursts per period —
+     that runs through the whole step: its longest silence is under ``FILLED_STEP_SILENCE``
+     of T (ZeRO-3 / FSDP gather each layer's parameters in the forward pass as well as the
+     backward: 0.04 of the step on two real FSDP jobs);
+   * **training** otherwise: one (or a few) large synchronous bursts per step, or a train
+     that leaves part of the step silent — DDP's bucketed AllReduces overlap the backward
+     pass only, and the forward pass is silent (0.38 of the step on a real job with ten
+     buckets, which was called "finetune" before the silence counted).
 2. **aperiodic traffic**: **inference** when it comes in bursts that reach
    ``idle_bytes_per_s`` (random arrivals, at least ``MIN_APERIODIC_BURSTS`` of them in the
    window, so that a training job's first few steps are not called inference), whatever its
@@ -30,6 +38,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 __all__ = [
+    "FILLED_STEP_SILENCE",
     "INFERENCE_CONFIRM_S",
     "REGIMES",
     "RegimeFeatures",
@@ -48,6 +57,11 @@ IDLE_BYTES_PER_S = 10e6
 #: still be the first steps of a training job whose period the window cannot show yet.
 MIN_APERIODIC_BURSTS = 8
 
+#: A step's train of collectives with a silence this long (a share of T) is DDP's backward
+#: pass, not ZeRO-3's layer train (real recordings: FSDP 0.04; DDP with 2 MB buckets 0.38;
+#: pipeline stages 0.14-0.6).
+FILLED_STEP_SILENCE = 0.2
+
 #: Seconds the estimates must say "inference" before the live agent shows it.
 INFERENCE_CONFIRM_S = 10.0
 
@@ -62,6 +76,8 @@ class RegimeFeatures:
     periodic: bool
     inner_period: bool = False
     bursts_per_period: float | None = None
+    #: The longest silence of a typical step, as a share of T (agent.bursts.step_silence).
+    step_silence: float | None = None
     bursty: bool = False
     bursts: int = 0
     #: The bursts' rate (B plus the background, or the on level when B is unresolved).
@@ -85,10 +101,11 @@ def collective_shares(collectives: Mapping[str, tuple[int, int]]) -> tuple[float
 def classify_regime(f: RegimeFeatures, *, idle_bytes_per_s: float = IDLE_BYTES_PER_S) -> str:
     """Apply the rule in the module docstring."""
     if f.periodic:
+        if f.gather_share is not None:
+            return "finetune" if f.gather_share >= 0.5 else "training"
         train = f.inner_period or (f.bursts_per_period is not None and f.bursts_per_period >= 6)
-        if train or (f.gather_share is not None and f.gather_share >= 0.5):
-            return "finetune"
-        return "training"
+        filled = f.step_silence is None or f.step_silence < FILLED_STEP_SILENCE
+        return "finetune" if train and filled else "training"
     no_collectives = f.collective_calls is None or f.collective_calls == 0
     quiet = f.mean_rate is not None and f.mean_rate < idle_bytes_per_s
     high = f.bursty and (f.burst_rate is None or f.burst_rate >= idle_bytes_per_s)

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agent.bursts import burst_stats
+from agent.bursts import burst_stats, step_silence
 from agent.estimate import EstimateInputs, estimate
 from agent.levels import erode, two_means
 from agent.rates import GridSeries, grid_from_cumulative
@@ -411,3 +411,18 @@ def test_a_burst_end_whose_neighbour_holds_the_edge_is_a_whole_poll() -> None:
     polls = PollIntervals(times=np.arange(ramp.size + 1, dtype=np.float64), rate=ramp)
     on_r, _, _, _ = poll_cores(polls, 0.0, 1.0, 0.0, float(ramp.size), 1.0, rel_noise=0.02)
     assert on_r.tolist() == [1.0, 1.0]
+
+
+def test_step_silence_is_the_typical_longest_quiet_stretch_of_a_step() -> None:
+    """Ten steps of 100 slots: a 30-slot silence (a forward pass), then a train of bursts with
+    5-slot gaps. The typical longest silence is 0.3 of the step, whatever the window's phase;
+    traffic that never stops has none; under two steps there is no answer."""
+    step = np.ones(100, dtype=bool)
+    step[:30] = False
+    for gap in range(40, 100, 15):
+        step[gap : gap + 5] = False
+    on = np.tile(step, 10)
+    for shift in (0, 17, 55):
+        assert step_silence(np.roll(on, shift), 0.01, 1.0) == pytest.approx(0.3)
+    assert step_silence(np.ones(1000, dtype=bool), 0.01, 1.0) == 0.0
+    assert step_silence(on[:150], 0.01, 1.0) is None

@@ -53,6 +53,7 @@ def test_t_comes_from_the_direction_without_the_other_flow(seed: int) -> None:
     assert est.duty_cycle > 0.4  # rx's: the job's 0.4 and the other flow's bursts
     note = next(w for w in est.warnings if "shows the period more clearly" in w)
     assert "T comes from tx" in note
+    assert "% more bytes than tx" in note  # the other flow's excess, which the note blames
 
 
 def test_a_clear_busier_direction_is_used_alone() -> None:

@@ -20,6 +20,27 @@ from agent.regime import RegimeFeatures, RegimeGate, classify_regime, collective
             RegimeFeatures(periodic=True, bursts_per_period=1, mean_rate=8e9, gather_share=0.9),
             "finetune",
         ),
+        # A train of collectives through the whole step: ZeRO-3 / FSDP (real FSDP: 0.04).
+        (
+            RegimeFeatures(periodic=True, bursts_per_period=18, step_silence=0.04, mean_rate=8e9),
+            "finetune",
+        ),
+        # A train that leaves the forward pass silent: DDP's bucketed AllReduces (real: 0.38).
+        (
+            RegimeFeatures(periodic=True, bursts_per_period=6, step_silence=0.38, mean_rate=8e9),
+            "training",
+        ),
+        (
+            RegimeFeatures(periodic=True, inner_period=True, step_silence=0.3, mean_rate=8e9),
+            "training",
+        ),
+        # The NCCL log's collectives outrank the traffic's shape: AllReduce in buckets is DDP.
+        (
+            RegimeFeatures(
+                periodic=True, bursts_per_period=40, step_silence=0.05, gather_share=0.0
+            ),
+            "training",
+        ),
         (RegimeFeatures(periodic=False, bursty=True, bursts=40, mean_rate=1e9), "inference"),
         (RegimeFeatures(periodic=False, bursty=True, bursts=3, mean_rate=1e9), "unknown"),
         (RegimeFeatures(periodic=False, mean_rate=1e9, sparse_share=0.8), "inference"),

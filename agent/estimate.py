@@ -16,7 +16,7 @@ import numpy as np
 import numpy.typing as npt
 
 from agent.bursts import BurstStats, burst_stats, step_silence
-from agent.period import DetectorSettings, PeriodResult, estimate_period
+from agent.period import DetectorSettings, PeriodResult, comes_in_trains, estimate_period
 from agent.rates import Direction, GridSeries, active_span, spread_slots
 from agent.regime import IDLE_BYTES_PER_S, RegimeFeatures, classify_regime, collective_shares
 from agent.separation import DutySplit, best_signal, gpu_windows, split_duty
@@ -332,6 +332,8 @@ def _period_direction(
         expected = inputs.expected_period_s
         if period.period_s is not None:
             bar = period.confidence
+        elif period.train_rhythm_s is not None:
+            bar = 0.0  # a rhythm inside a longer step, whose step the other may show
         elif expected is not None and abs(period_o.period_s / expected - 1.0) <= cfg.hold_tolerance:
             bar = -1.0  # the locked period, held on the other direction's steps
         else:
@@ -826,6 +828,22 @@ def estimate(
     )
 
 
+def _trains_in_window(inputs: EstimateInputs, recent: Estimate) -> bool:
+    """Whether the whole window shows a newest part's period as a rhythm that stops.
+
+    A part can hold a single train of DDP's bucketed all-reduces, whose spacing then reads as
+    a clear period (a real job's six buckets 0.6 s apart: confidence 0.98); the window before
+    it holds the step's silence, which a step's own rhythm never has.
+    """
+    direction = recent.period_direction or recent.direction
+    grid = inputs.network.get(direction) if direction is not None else None
+    if grid is None or recent.period_s is None:
+        return False
+    start, _ = active_span(grid.rate)
+    grid = grid.sliced(start, grid.rate.size) if start else grid
+    return comes_in_trains(grid.rate, grid.dt, recent.period_s, t0=grid.t0)
+
+
 def estimate_recent(
     inputs: EstimateInputs,
     *,
@@ -869,8 +887,10 @@ def estimate_recent(
         recent = estimate(
             replace(inputs, network=parts), settings=settings, idle_bytes_per_s=idle_bytes_per_s
         )
-        if recent.period_s is not None and (
-            best.period_s is None or recent.confidence > best.confidence
+        if (
+            recent.period_s is not None
+            and (best.period_s is None or recent.confidence > best.confidence)
+            and not _trains_in_window(inputs, recent)
         ):
             best, since = recent, min(g.t0 for g in parts.values())
         if best.period_s is not None:

@@ -32,6 +32,7 @@ import numpy.typing as npt
 from agent.edge_fit import edge_noise_ratio, realised_period
 from agent.levels import boxcar, robust_noise, two_means
 from agent.quantiles import median
+from agent.trains import silences_after, train_period, train_starts, train_verdict
 
 __all__ = [
     "DetectorSettings",
@@ -40,6 +41,7 @@ __all__ = [
     "PeriodResult",
     "PyramidLevel",
     "build_pyramid",
+    "comes_in_trains",
     "detect_level",
     "edge_timing",
     "estimate_period",
@@ -201,6 +203,9 @@ class PeriodResult:
     warnings: tuple[str, ...] = ()
     detections: tuple[LevelDetection, ...] = ()
     rising_edges_s: FloatArray | None = field(default=None, repr=False)
+    #: No period, but a rhythm whose bursts come in trains (:mod:`agent.trains`): structure
+    #: inside a step the window does not show yet, not aperiodic traffic.
+    train_rhythm_s: float | None = None
 
 
 # --------------------------------------------------------------------------------------------
@@ -999,6 +1004,7 @@ def _rejected(
     *,
     interval_cv: float | None = None,
     method: str = "none",
+    train_rhythm_s: float | None = None,
 ) -> PeriodResult:
     """No period, with the candidate that was turned down and why."""
     return PeriodResult(
@@ -1012,6 +1018,7 @@ def _rejected(
         level=current.level,
         warnings=(reason,),
         detections=tuple(detections),
+        train_rhythm_s=train_rhythm_s,
     )
 
 
@@ -1297,6 +1304,100 @@ def _inner_spacing(lv: _Level | None, period_s: float, dt: float) -> float | Non
 _TRAIN_GAP = 1.3
 
 
+def _train_result(
+    outer_s: float,
+    rhythm_s: float,
+    timing: EdgeTiming,
+    detections: list[LevelDetection],
+    cfg: DetectorSettings,
+) -> PeriodResult:
+    """The step of :func:`agent.trains.train_period`, its rhythm as the inner period.
+
+    Its confidence is that of the clearest level that sees about the same step (each one too
+    weak to be valid on its own), scaled down by the spread of the train starts.
+    """
+    starts = train_starts(timing.rising_s, timing.falling_s, rhythm_s)
+    steps = np.diff(starts)
+    cv = float(np.std(steps) / np.mean(steps))
+    near = [d for d in detections if abs(d.period_s / outer_s - 1.0) <= 0.05]
+    best = max(near, key=lambda d: d.comb * min(1.0, d.z / 20.0), default=None)
+    return PeriodResult(
+        period_s=outer_s,
+        confidence=_confidence(best, cv, cfg) if best is not None else 0.0,
+        inner_period_s=rhythm_s,
+        cycles=float(starts.size - 1),
+        z=best.z if best is not None else 0.0,
+        comb=best.comb if best is not None else 0.0,
+        interval_cv=cv,
+        method="trains",
+        level=best.level if best is not None else 0,
+        detections=tuple(detections),
+        rising_edges_s=starts,
+    )
+
+
+def _trains_rescue(
+    detections: list[LevelDetection],
+    pyramid: list[PyramidLevel],
+    cfg: DetectorSettings,
+    t0: float,
+    end_s: float,
+) -> PeriodResult | None:
+    """A step of trains (:mod:`agent.trains`) that no level could detect.
+
+    Over a window of a few long steps, the silences between trains dilute the rhythm's NSDF
+    (comb 0.23 for six buckets 0.6 s apart, 3.2 s of silence a step) and the steps' own comb
+    stays low while the trains' insides differ step to step. The finest candidate rhythm that
+    repeats (``comb_min``, ``few_cycles``) is timed by its bursts; if they come in trains,
+    regular inside (four in five within 25 % of the rhythm) and whose starts are regular
+    (:func:`agent.trains.train_period`), the trains' step is T.
+    """
+    for det in sorted(detections, key=lambda d: d.period_s):
+        if det.comb < cfg.comb_min or det.cycles < cfg.few_cycles:
+            continue
+        levels = [lv for lv in pyramid if det.period_s / lv.dt >= 8]
+        if not levels:
+            continue
+        lv = levels[0]
+        timing = edge_timing(lv.samples, lv.dt, det.period_s, t0=t0 + lv.start_s)
+        if timing is None:
+            continue
+        rise, fall = timing.rising_s, timing.falling_s
+        if train_verdict(rise, fall, det.period_s, t0, end_s) != "trains":
+            continue
+        inside = np.delete(np.diff(rise), silences_after(rise, fall, det.period_s))
+        if inside.size == 0 or np.mean(np.abs(inside / det.period_s - 1.0) <= 0.25) < 0.8:
+            continue
+        outer_s = train_period(rise, fall, det.period_s)
+        if outer_s is not None:
+            return _train_result(outer_s, det.period_s, timing, detections, cfg)
+    return None
+
+
+def comes_in_trains(rate: FloatArray, dt: float, period_s: float, *, t0: float = 0.0) -> bool:
+    """Whether this series' bursts ``period_s`` apart come in a step's trains.
+
+    :func:`agent.trains.train_verdict` says "trains" (not "pauses", not "none").
+
+    Timed on the coarsest pyramid level with 8 samples a period or more (edge timing at 64 k
+    samples costs milliseconds, and a burst that comes once a period merges there as well).
+    """
+    x = np.asarray(rate, dtype=np.float64)
+    finite = np.isfinite(x)
+    if finite.sum() < 32:
+        return False
+    x = np.where(finite, x, float(np.mean(x[finite])))
+    levels = [lv for lv in build_pyramid(x, dt) if period_s / lv.dt >= 8]
+    if not levels:
+        return False
+    lv = levels[-1]
+    timing = edge_timing(lv.samples, lv.dt, period_s, t0=t0 + lv.start_s)
+    if timing is None:
+        return False
+    end = t0 + x.size * dt
+    return train_verdict(timing.rising_s, timing.falling_s, period_s, t0, end) == "trains"
+
+
 def _envelope_outer(
     x: FloatArray, dt: float, found: LevelDetection, cfg: DetectorSettings
 ) -> LevelDetection | None:
@@ -1554,6 +1655,9 @@ def estimate_period(
             rescued = _steady_steps(detections, pyramid, prepared, cfg, t0)
         valid = [rescued] if rescued is not None else []
     if not valid:
+        stepped = _trains_rescue(detections, pyramid, cfg, t0, t0 + x.size * dt)
+        if stepped is not None:
+            return stepped
         best = max(detections, key=lambda d: d.z, default=None)
         return PeriodResult(
             None,
@@ -1690,6 +1794,33 @@ def estimate_period(
             "bursts repeat too irregularly to call it a period",
             interval_cv=irregular.interval_cv,
             method=irregular_method,
+        )
+
+    in_trains = (
+        accepted is not None
+        and inner is None
+        and train_verdict(accepted.rising_s, accepted.falling_s, period, t0, t0 + x.size * dt)
+        == "trains"
+    )
+    if in_trains and accepted is not None:
+        outer_s = train_period(accepted.rising_s, accepted.falling_s, period)
+        if outer_s is not None:
+            return _train_result(outer_s, period, accepted, detections, cfg)
+        # Unlocked, even a train or two and their silence are reason enough to wait for the
+        # step; locked on this rhythm, only trains that start as regularly as steps do undo
+        # it (the silence in a locked window is more often a pause).
+        regular = train_starts(accepted.rising_s, accepted.falling_s, period).size >= 3
+        in_trains = expected_period_s is None or regular
+    if in_trains:
+        return _rejected(
+            current,
+            detections,
+            f"bursts {period * 1e3:.3g} ms apart come in trains with long silences between "
+            "them: that is a rhythm inside a longer step (bucketed all-reduces, layers), whose "
+            "own period the window does not show yet",
+            interval_cv=cv,
+            method=method,
+            train_rhythm_s=period,
         )
 
     if current.cycles < cfg.outer_min_cycles and method == "nsdf":

@@ -304,8 +304,9 @@ def test_a_jittery_fsdp_recording_reads_as_steps_with_layers_inside() -> None:
 def test_a_locked_step_stays_the_outer_period_where_only_the_layers_are_significant() -> None:
     """40-60 s into the jittery FSDP job the step's z is 3.2, under every bar, while the layer
     rhythm is significant: alone, the window says T = 0.11 s, and two such windows re-locked
-    the live agent onto the layers. With the step locked, the step stays T and the layers are
-    its inner period."""
+    the live agent onto the layers (the layers come in trains, but their starts spread as the
+    steps do, 8 %, as a job's pauses do, not a step's trains). With the step locked, the step
+    stays T and the layers are its inner period."""
     times, cum, ends, layer_gap = _fsdp("fsdp-gloo-jittery")
     grid = _grid(times, cum, 40.0, 60.0)
     alone = estimate_period(grid.rate, grid.dt, t0=grid.t0)
@@ -824,3 +825,49 @@ def test_a_comm_bound_bucketed_ddp_job_reads_network_bound_without_blaming_other
     stats = _real(name)
     assert stats.locked_share >= 0.97
     assert stats.right_share >= 0.95
+
+
+def test_a_long_step_of_bucketed_all_reduces_is_locked_on_its_step() -> None:
+    """DDP with 6.3 s steps, each six 2 MB buckets 0.6 s apart in the backward pass after 3.2 s
+    of forward silence. A window of a few steps shows the buckets' rhythm clearly (one train:
+    confidence 0.98) and the step not yet: the agent locked the bucket spacing as T, and
+    the step only after 139 s (22 steps), then held it on 62 % of hops. The rhythm's trains are
+    no step's own, and their starts time the step: locked within 4 steps at every offset, on
+    every hop after that, and no hop ever shows the buckets' spacing. Offline, the buckets'
+    spacing is the inner period."""
+    name = "ddp-gloo-buckets-long"
+    stats = _real(name)
+    assert all(f is not None and f <= 4.0 for f in stats.first_lock), stats.first_lock
+    assert stats.locked_share >= 0.97
+    assert stats.right_share >= 0.95
+    rec = acc.load_real(FIXTURES / f"{name}.csv.gz")
+    for phase in PHASES:
+        updates = acc.run_online(
+            acc.Stream(rec.times, rec.tx, rec.rx),
+            PipelineSettings(hop_s=1.0, counter_rate_hz=100.0),
+            t_start=float(rec.times[0]) + phase,
+            t_end=float(rec.ends[-1]),
+        )
+        shown = [u.reported_s for u in updates if u.reported_s is not None]
+        assert min(shown) >= 0.5 * stats.mean_step_s
+    est = analyze_files(counters=[FIXTURES / f"{name}.csv.gz"]).estimate
+    assert est.period_s == pytest.approx(stats.mean_step_s, rel=0.015)
+    assert est.inner_period_s == pytest.approx(0.6, rel=0.1)
+    assert est.regime == "training"
+
+
+def test_the_newest_part_holding_one_train_of_buckets_is_not_taken_for_the_step() -> None:
+    """13 s into the long-step DDP job, the newest part of the window holds one train of four
+    buckets 0.57 s apart, which alone reads as a period of confidence 0.98; the window before
+    it holds a step's silence. Nothing is locked on it."""
+    rec = acc.load_real(FIXTURES / "ddp-gloo-buckets-long.csv.gz")
+    keep = rec.times <= 12.75
+    grids = {
+        "tx": acc.to_grid(rec.times[keep], rec.tx[keep]),
+        "rx": acc.to_grid(rec.times[keep], rec.rx[keep]),
+    }
+    est, since = estimate_recent(
+        EstimateInputs(network=grids, network_source="counters"), min_window_s=2.0
+    )
+    assert est.period_s is None or est.period_s > 2.0
+    assert since is None or est.period_s is not None

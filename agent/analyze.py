@@ -564,6 +564,7 @@ def analyze_files(
         sources["nccl_log"] = [str(p) for p in nccl_logs]
         extra["nccl"] = {
             "version": summary.version,
+            "library": summary.library,
             "lines": summary.lines_total,
             "nccl_lines": summary.nccl_lines,
             "unparsed_nccl_lines": summary.unparsed_nccl_lines,

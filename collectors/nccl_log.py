@@ -45,6 +45,7 @@ __all__ = [
     "DATATYPE_SIZES",
     "KNOWN_OPS",
     "MAX_LINE_BYTES",
+    "OP_ALIASES",
     "P2P_OPS",
     "PER_RANK_OPS",
     "UNKNOWN_OP",
@@ -66,6 +67,7 @@ __all__ = [
     "TopologyLine",
     "VersionLine",
     "WarnLine",
+    "canonical_op",
     "collective_bytes",
     "parse_line",
     "parse_records",
@@ -94,6 +96,40 @@ PER_RANK_OPS: Final[frozenset[str]] = frozenset(
 KNOWN_OPS: Final[frozenset[str]] = PER_RANK_OPS | frozenset(
     {"AllReduce", "Broadcast", "Reduce", "Send", "Recv", "PutSignal", "Signal", "WaitSignal"}
 )
+
+#: RCCL's names for NCCL's ops (ROCm/rccl ``src/collectives.cc``,
+#: ``src/misc/msccl/msccl_lifecycle.cc``): ``AllToAllPivot`` (``count`` per peer, as
+#: AlltoAll's), the MSCCL algorithms' ``mscclFunc<Op>`` (on by default, ``MSCCL_ENABLE``;
+#: ``count`` as the API's) and MSCCL++'s ``mscclpp_nccl<Op>``. Without them an MSCCL AllGather
+#: counted nranks times too few bytes, and an MSCCL++ call was dropped.
+OP_ALIASES: Final[Mapping[str, str]] = MappingProxyType(
+    {
+        "AllToAll": "AlltoAll",
+        "AllToAllPivot": "AlltoAll",
+        "mscclFuncAllToAll": "AlltoAll",
+        **{
+            f"{prefix}{op}": op
+            for prefix in ("mscclFunc", "mscclpp_nccl")
+            for op in (
+                "AllReduce",
+                "AllGather",
+                "ReduceScatter",
+                "Broadcast",
+                "Reduce",
+                "Send",
+                "Recv",
+                "Gather",
+                "Scatter",
+            )
+        },
+    }
+)
+
+
+def canonical_op(op: str) -> str:
+    """NCCL's name for a logged op (:data:`OP_ALIASES`), else the name as logged."""
+    return OP_ALIASES.get(op, op)
+
 
 #: Point-to-point ops: their COLL line's ``root`` is the peer rank (``src/collectives.cc``), kept
 #: per call as the call's peer (-1 for every other op, whose root is a root or 0).
@@ -182,7 +218,7 @@ _PREFIX_RE: Final = _rx(
 # " acc %p" after recvbuff (2.2x, src/enqueue.cc) and appends " task %d globalrank %d", hence
 # no end anchor. The stream is optional so a record cut by a glued neighbour still counts.
 _COLL_BODY = (
-    r"(?P<op>[A-Za-z]{1,64}): opCount (?P<opcount>[0-9a-fA-F]{1,16})"
+    r"(?P<op>[A-Za-z][A-Za-z_]{0,63}): opCount (?P<opcount>[0-9a-fA-F]{1,16})"
     r" sendbuff (?P<sendbuff>" + _PTR + r") recvbuff (?P<recvbuff>" + _PTR + r")"
     r"(?: acc (?:" + _PTR + r"))?"
     r" count (?P<count>\d{1,20}) datatype (?P<dtype>\d{1,10}) op (?P<redop>-?\d{1,10})"
@@ -191,7 +227,7 @@ _COLL_BODY = (
 )
 _COLL_BODY_RE: Final = _rx(_COLL_BODY)
 # The same message found anywhere (its own prefix lost). The look-behind keeps the search linear.
-_COLL_BARE_RE: Final = _rx(r"(?<![A-Za-z])" + _COLL_BODY)
+_COLL_BARE_RE: Final = _rx(r"(?<![A-Za-z_])" + _COLL_BODY)
 # Prefix and COLL message in one search (parse_line's common case).
 _COLL_FULL_RE: Final = _rx(_TS + _HOST_PID_TID_DEV + r"NCCL INFO " + _COLL_BODY)
 # The same, capturing only what NcclLogAccumulator.feed accounts (timestamp seconds and
@@ -200,7 +236,7 @@ _COLL_FULL_RE: Final = _rx(_TS + _HOST_PID_TID_DEV + r"NCCL INFO " + _COLL_BODY)
 _COLL_FAST_RE: Final = _rx(
     _TS_FAST
     + r"(?<![^\s:\[\]()<>])([^\s:\[\]().<>]{1,255}):(\d{1,10}):\d{1,10} \[-?\d{1,6}\] NCCL INFO "
-    r"([A-Za-z]{1,64}): opCount [0-9a-fA-F]{1,16} sendbuff (?:"
+    r"([A-Za-z][A-Za-z_]{0,63}): opCount [0-9a-fA-F]{1,16} sendbuff (?:"
     + _PTR
     + r") recvbuff (?:"
     + _PTR
@@ -218,7 +254,7 @@ _FAST_PREFIX_RE: Final = _rx(
     _TS_FAST + r"(?<![^\s:\[\]()<>])([^\s:\[\]().<>]{1,255}):(\d{1,10}):\d{1,10} \[-?\d{1,6}\] \Z"
 )
 _FAST_BODY_RE: Final = _rx(
-    r"([A-Za-z]{1,64}): opCount [0-9a-fA-F]{1,16} sendbuff (?:"
+    r"([A-Za-z][A-Za-z_]{0,63}): opCount [0-9a-fA-F]{1,16} sendbuff (?:"
     + _PTR
     + r") recvbuff (?:"
     + _PTR
@@ -264,7 +300,7 @@ _BULK_SAFE_RE: Final = _rx(
 # The strict pieces: with them the line is exactly what _FAST_LINE_RE accepts (whose match
 # is unique: every field ends at a character it cannot hold), with the same groups.
 _BULK_WHO_RE: Final = _rx(
-    r"([^\s:\[\]().<>]{1,255}:\d{1,10}):\d{1,10} \[-?\d{1,6}\] NCCL INFO ([A-Za-z]{1,64})"
+    r"([^\s:\[\]().<>]{1,255}:\d{1,10}):\d{1,10} \[-?\d{1,6}\] NCCL INFO ([A-Za-z][A-Za-z_]{0,63})"
 )
 _BULK_MID_RE: Final = _rx(
     r"sendbuff (?:" + _PTR + r") recvbuff (?:" + _PTR + r")(?: acc (?:" + _PTR + r"))?"
@@ -308,6 +344,14 @@ _INIT_RE: Final = _rx(
     r"(?: commId 0x(?P<commid>[0-9a-fA-F]{1,16}))? ?- (?:Init )?(?P<phase>START|COMPLETE)"
 )
 
+# NCCL 2.3.5 → 2.4.2 print no "Init START/COMPLETE"; at a comm's allocation they print "comm %p
+# rank %d nranks %d" (2.3.x) and "... cudaDev %d nvmlDev %d" (2.4.x; src/init.cu, TRACE from
+# 2.4.6): for ncclCommInitAll (one process, many GPUs) the only line that joins comm and rank.
+_INIT_ALLOC_RE: Final = _rx(
+    r"comm (?P<comm>" + _PTR + r") rank (?P<rank>-?\d{1,10}) nranks (?P<nranks>\d{1,10})"
+    r"(?: cudaDev (?P<cudadev>-?\d{1,10}) nvmlDev (?P<nvmldev>-?\d{1,10}))?\s*\Z"
+)
+
 # "comm %p rank %d nRanks %d nNodes %d localRanks %d localRank %d MNNVL %d" (2.20+, init.cc).
 _TOPO_RE: Final = _rx(
     r"comm (?P<comm>" + _PTR + r") rank (?P<rank>-?\d{1,10}) nRanks (?P<nranks>\d{1,10})"
@@ -333,6 +377,11 @@ _NET_IB_DEV_RE: Final = _rx(
 _VERSION_RE: Final = _rx(
     r"(?<![A-Za-z])NCCL version (?P<ver>\d{1,4}\.\d{1,4}\.\d{1,4})(?P<suffix>[^+\s]{0,32})"
     r"(?:\+cuda(?P<cuda>\d{1,4}\.\d{1,4}))?"
+)
+# RCCL's VERSION_STRING "RCCL version : " MAJOR.MINOR.PATCH SUFFIX, then "-" and the git hash
+# after a colon (ROCm/rccl src/init.cc); before ROCm 5 "RCCL version 2.6.4+hip3.5".
+_RCCL_VERSION_RE: Final = _rx(
+    r"(?<![A-Za-z])RCCL version(?: :)? (?P<ver>\d{1,4}\.\d{1,4}\.\d{1,4})(?P<suffix>[^+\s:]{0,32})"
 )
 
 _MAX_DEV_ENTRIES = 64  # cap on decoded IB devices per line (NCCL_IB_MAX_DEVS is 32)
@@ -380,6 +429,9 @@ class CollLine:
 class InitLine:
     """``... comm %p rank %d nranks %d ... - Init START|COMPLETE``: joins a comm to its rank.
 
+    NCCL 2.3.5-2.4.2's allocation line (``comm %p rank %d nranks %d[ cudaDev %d nvmlDev %d]``,
+    no Init) is a START.
+
     ``bus_id`` is NCCL's ``busId`` as printed (``%lx`` of the packed PCI id, e.g. ``1b000``);
     ``comm_id`` the ``commId`` hash without ``0x`` (2.16+; the same value the Inspector prints
     as ``id`` from 2.28). ``api`` is the API name NCCL prints first from 2.21
@@ -423,7 +475,11 @@ class TopologyLine:
 
 @dataclass(frozen=True, slots=True)
 class VersionLine:
-    """The ``NCCL version 2.28.3+cuda12.8`` banner, bare (≤2.21 stdout) or as an INFO line."""
+    """The ``NCCL version 2.28.3+cuda12.8`` banner, bare (≤2.21 stdout) or as an INFO line.
+
+    RCCL's is ``RCCL version : 2.27.7-HEAD:0d2c4fd`` (``RCCL version 2.6.4+hip3.5`` before):
+    ``library`` says which, and ``cuda`` is then None.
+    """
 
     version: str
     cuda: str | None
@@ -432,6 +488,7 @@ class VersionLine:
     tid: int | None = None
     dev: int | None = None
     timestamp_s: float | None = None
+    library: str = "NCCL"
 
 
 @dataclass(frozen=True, slots=True)
@@ -574,7 +631,7 @@ def _ptr_or_empty(text: str | None) -> str:
 
 def _coll_from_groups(groups: Mapping[str, str | None], where: _Where) -> CollLine:
     """Build a :class:`CollLine` from a 2.3.7+ body match's named groups."""
-    op = groups["op"] or UNKNOWN_OP
+    op = canonical_op(groups["op"] or UNKNOWN_OP)
     count = int(groups["count"] or 0)
     dtype = int(groups["dtype"] or 0)
     nranks_text = groups["nranks"]
@@ -673,6 +730,25 @@ def _decode_info(msg: str, where: _Where) -> NcclEvent | None:
                 dev=dev,
                 timestamp_s=ts,
             )
+    elif msg.startswith("comm ") and " nranks " in msg:
+        m = _INIT_ALLOC_RE.match(msg)
+        if m is not None:
+            cudadev, nvmldev = m["cudadev"], m["nvmldev"]
+            return InitLine(
+                comm=m["comm"],
+                rank=int(m["rank"]),
+                nranks=int(m["nranks"]),
+                cuda_dev=int(cudadev) if cudadev is not None else None,
+                bus_id=None,
+                comm_id=None,
+                phase="START",
+                nvml_dev=int(nvmldev) if nvmldev is not None else None,
+                host=host,
+                pid=pid,
+                tid=tid,
+                dev=dev,
+                timestamp_s=ts,
+            )
     elif " nNodes " in msg:
         m = _TOPO_RE.match(msg)
         if m is not None:
@@ -731,6 +807,19 @@ def _decode_info(msg: str, where: _Where) -> NcclEvent | None:
                 dev=dev,
                 timestamp_s=ts,
             )
+    elif msg.startswith("RCCL version"):
+        m = _RCCL_VERSION_RE.match(msg)
+        if m is not None:
+            return VersionLine(
+                version=m["ver"] + m["suffix"],
+                cuda=None,
+                host=host,
+                pid=pid,
+                tid=tid,
+                dev=dev,
+                timestamp_s=ts,
+                library="RCCL",
+            )
     return InfoLine(text=msg.rstrip(), host=host, pid=pid, tid=tid, dev=dev, timestamp_s=ts)
 
 
@@ -744,6 +833,10 @@ def _decode_bare(text: str) -> NcclEvent | None:
         m = _VERSION_RE.search(text)
         if m is not None:
             return VersionLine(version=m["ver"] + m["suffix"], cuda=m["cuda"])
+    if "RCCL version" in text:
+        m = _RCCL_VERSION_RE.search(text)
+        if m is not None:
+            return VersionLine(version=m["ver"] + m["suffix"], cuda=None, library="RCCL")
     return None
 
 
@@ -825,7 +918,7 @@ def parse_line(line: str) -> NcclEvent | None:
                 ts = parse_timestamp(ts_text) if ts_text is not None else _line_time(line)
                 where = (_unglued(m["host"]), int(m["pid"]), int(m["tid"]), int(m["dev"]), ts)
                 return _coll_from_groups(m.groupdict(), where)
-        elif "NCCL " not in line:
+        elif "NCCL " not in line and "RCCL version" not in line:
             return None
         events = _records(line)[0]
     except (ValueError, OverflowError, IndexError):  # pragma: no cover - defensive
@@ -937,6 +1030,8 @@ class NcclLogSummary:
     ib_devices: tuple[tuple[str, int, str], ...]
     has_timestamps: bool
     calls_total: int
+    #: "NCCL" or "RCCL", from the version banner (None without one).
+    library: str | None = None
 
     @property
     def call_ops(self) -> list[str]:
@@ -987,7 +1082,7 @@ class LiveDecoder:
     JOIN_CHARS = 1 << 18
 
     def __init__(self) -> None:
-        self._shapes: dict[tuple[str, str, str, str, str], tuple[int | None, int, int]] = {}
+        self._shapes: dict[tuple[str, str, str, str, str], tuple[int | None, int, int, str]] = {}
         self._seconds: dict[str, float | None] = {}
         self._comm_ids: dict[tuple[str, str], str] = {}
         self._ranks: dict[tuple[str, str], int] = {}
@@ -1068,18 +1163,22 @@ class LiveDecoder:
         shape = self._shapes.get((op, count, dtype, nranks_text, root))
         if shape is None:
             shape = self._new_shape(op, count, dtype, nranks_text, root)
-        s_bytes, nranks, peer = shape
+        s_bytes, nranks, peer, name = shape
         stamp = self._time(sec, frac) if sec is not None else _line_time(line)
-        return (stamp, op, s_bytes, nranks, comm, f"{host}:{pid}", peer)
+        return (stamp, name, s_bytes, nranks, comm, f"{host}:{pid}", peer)
 
     def _new_shape(
         self, op: str, count: str, dtype: str, nranks_text: str, root: str
-    ) -> tuple[int | None, int, int]:
-        """(S, nranks, peer) of a call shape seen for the first time (cached, up to a bound)."""
+    ) -> tuple[int | None, int, int, str]:
+        """(S, nranks, peer, NCCL's op name) of a call shape seen for the first time.
+
+        Cached, up to a bound.
+        """
         nranks = int(nranks_text)
         elem = DATATYPE_SIZES.get(int(dtype))
-        peer = int(root) if op in P2P_OPS else -1
-        shape = (collective_bytes(op, int(count), elem, nranks), nranks, peer)
+        name = canonical_op(op)
+        peer = int(root) if name in P2P_OPS else -1
+        shape = (collective_bytes(name, int(count), elem, nranks), nranks, peer, name)
         if len(self._shapes) < 65536:
             self._shapes[(op, count, dtype, nranks_text, root)] = shape
         return shape
@@ -1192,7 +1291,7 @@ class LiveDecoder:
                 shape = self._shapes.get((op, count, dtype, nranks_text, root))
                 if shape is None:
                     shape = self._new_shape(op, count, dtype, nranks_text, root)
-                kind = self._kind(op, shape[0], shape[1], comm, process, shape[2])
+                kind = self._kind(shape[3], shape[0], shape[1], comm, process, shape[2])
         if len(who or "") + len(mid or "") <= self.MAX_PAIR_CHARS:  # junk stays uncached
             if len(self._pairs) >= self.MAX_PAIRS:
                 self._pairs.clear()
@@ -1366,6 +1465,7 @@ class NcclLogAccumulator:
         self._warns = 0
         self._version: str | None = None
         self._cuda: str | None = None
+        self._library: str | None = None
         self._nranks: int | None = None
         # Signatures: key → index; per index op id, S (None = unknown), unknown datatype, peer.
         # The fast path's key holds the root text, so a Send/Recv's peer is its signature's.
@@ -1423,7 +1523,7 @@ class NcclLogAccumulator:
                 else:
                     self._times.append(self._slow_time(sec, frac))
                 return
-        elif "NCCL " not in line:
+        elif "NCCL " not in line and "RCCL version" not in line:  # RCCL's bare banner
             return
         try:
             events, broken = _records(line)
@@ -1523,6 +1623,7 @@ class NcclLogAccumulator:
             ),
             version=self._version,
             cuda=self._cuda,
+            library=self._library,
             warn_count=self._warns,
             lines_total=self._lines_total,
             nccl_lines=self._nccl_lines,
@@ -1572,8 +1673,9 @@ class NcclLogAccumulator:
         nranks = int(nranks_text)
         self._see_nranks(nranks)
         elem = DATATYPE_SIZES.get(int(dtype))
-        s_bytes = collective_bytes(op, int(count), elem, nranks)
         key = (op, count, dtype, nranks_text, root)
+        op = canonical_op(op)
+        s_bytes = collective_bytes(op, int(count), elem, nranks)
         peer = int(root) if op in P2P_OPS else -1
         return self._new_sig_index(key, op, s_bytes, peer, unknown_dtype=elem is None)
 
@@ -1643,6 +1745,7 @@ class NcclLogAccumulator:
         elif isinstance(event, VersionLine):
             if self._version is None:
                 self._version, self._cuda = event.version, event.cuda
+                self._library = event.library
         elif isinstance(event, WarnLine):
             self._warns += 1
         elif isinstance(event, NetLine):

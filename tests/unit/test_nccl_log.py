@@ -26,11 +26,13 @@ from collectors.nccl_log import (
     CollLine,
     InfoLine,
     InitLine,
+    LiveDecoder,
     NcclLogAccumulator,
     NetLine,
     TopologyLine,
     VersionLine,
     WarnLine,
+    canonical_op,
     collective_bytes,
     parse_line,
     parse_records,
@@ -312,7 +314,7 @@ def test_collective_bytes_unknowns() -> None:
     assert collective_bytes("AllReduce", 10, None, 8) is None
     assert collective_bytes("AllGather", 10, 4, None) is None
     assert collective_bytes("AllReduce", 10, 4, None) == 40
-    assert collective_bytes("AllToAllPivot", 10, 4, 8) == 40  # unknown op: no factor guessed
+    assert collective_bytes("FutureOp", 10, 4, 8) == 40  # unknown op: no factor guessed
 
 
 def test_datatype_sizes_match_nccl_type_size() -> None:
@@ -354,13 +356,13 @@ def test_unknown_datatype_is_counted_without_bytes() -> None:
 def test_unknown_op_is_counted_and_listed() -> None:
     acc = NcclLogAccumulator()
     for _ in range(3):
-        acc.feed(NCCL_PREFIX + coll_body("AllToAllPivot", count=10, dtype=7, nranks=8))
+        acc.feed(NCCL_PREFIX + coll_body("FutureOp", count=10, dtype=7, nranks=8))
     acc.feed(NCCL_PREFIX + coll_body("AllReduce", count=10, dtype=7, nranks=8))
     summary = acc.summary()
-    assert summary.collectives["AllToAllPivot"].count == 3
-    assert summary.collectives["AllToAllPivot"].bytes == 3 * 40
-    assert summary.unknown_ops == {"AllToAllPivot": 3}
-    assert "AllToAllPivot" not in KNOWN_OPS
+    assert summary.collectives["FutureOp"].count == 3
+    assert summary.collectives["FutureOp"].bytes == 3 * 40
+    assert summary.unknown_ops == {"FutureOp": 3}
+    assert "FutureOp" not in KNOWN_OPS
 
 
 def test_nccl_2_3_5_lines_are_unknown_op_with_their_size() -> None:
@@ -515,7 +517,83 @@ def test_version_banner(line: str, version: str, cuda: str, host: str | None) ->
 def test_git_version_line_is_not_the_banner() -> None:
     # 2.29+ prints "NCCL git version <branch> <describe>" after the banner.
     assert isinstance(parse_line(NCCL_PREFIX + "NCCL git version master v2.29.2-1-g1234"), InfoLine)
-    assert parse_line("RCCL version 2.18.3+hip6.0") is None
+    # RCCL's banner is RCCL's, never taken for an NCCL version.
+    rccl = parse_line("RCCL version 2.18.3+hip6.0")
+    assert isinstance(rccl, VersionLine)
+    assert (rccl.library, rccl.version, rccl.cuda) == ("RCCL", "2.18.3", None)
+
+
+@pytest.mark.parametrize(
+    ("line", "version", "host"),
+    [
+        # Real banners (ROCm/ROCm#6074, ROCm/rccl-tests#163): an INFO record and the bare print.
+        (
+            "TARS:829507:829507 [0] NCCL INFO RCCL version : 2.27.7-HEAD:0d2c4fd",
+            "2.27.7-HEAD",
+            "TARS",
+        ),
+        ("RCCL version : 2.21.5-HEAD:9a0e6a1", "2.21.5-HEAD", None),
+        ("RCCL version 2.6.4+hip3.5", "2.6.4", None),  # before ROCm 5 (ROCm/rccl#212)
+    ],
+)
+def test_rccl_version_banner(line: str, version: str, host: str | None) -> None:
+    event = parse_line(line)
+    assert isinstance(event, VersionLine)
+    assert (event.library, event.version, event.cuda, event.host) == ("RCCL", version, None, host)
+
+
+def test_an_rccl_log_reports_its_library_and_version(tmp_path: Path) -> None:
+    """The start of a real RCCL 2.27.7 job's log (ROCm/ROCm#6074): the version is RCCL's."""
+    path = tmp_path / "rccl.log"
+    path.write_text(
+        "TARS:829507:829507 [0] NCCL INFO RCCL version : 2.27.7-HEAD:0d2c4fd\n"
+        "HIP version  : 7.2.26015-fc0010cf6a\n"
+        "TARS:829507:829507 [0] NCCL INFO AllReduce: opCount 0 sendbuff 0x7973d6e00400 recvbuff "
+        "0x7973d6e00400 acc (nil) count 1 datatype 7 op 0 root 0 comm 0x2bc1f840 [nranks=2] "
+        "stream (nil) task 0 globalrank 0\n"
+    )
+    summary = read_nccl_log(path)
+    assert (summary.library, summary.version) == ("RCCL", "2.27.7-HEAD")
+    assert summary.collectives["AllReduce"].count == 1
+
+
+# RCCL's own op names, in lines built from its format strings (ROCm/rccl src/collectives.cc,
+# src/misc/msccl/msccl_lifecycle.cc: "%s: opCount %lx sendbuff %p recvbuff %p count %zu datatype
+# %d op %d root %d comm %p [nranks=%d] stream %p task %d globalrank %d"); no public log has them.
+_RCCL_COLL = (
+    NCCL_PREFIX + "{op}: opCount 0 sendbuff 0x7f0000000000 recvbuff 0x7f0000100000 count 1024 "
+    "datatype 7 op 0 root 0 comm 0x55d4c0a0b0c0 [nranks=8] stream 0x55d4c0a0b0d0 task 0 "
+    "globalrank 3"
+)
+
+
+@pytest.mark.parametrize(
+    ("logged", "op", "s_bytes"),
+    [
+        ("mscclFuncAllGather", "AllGather", 1024 * 4 * 8),  # MSCCL is on by default
+        ("mscclFuncReduceScatter", "ReduceScatter", 1024 * 4 * 8),
+        ("mscclFuncAllReduce", "AllReduce", 1024 * 4),
+        ("mscclFuncAllToAll", "AlltoAll", 1024 * 4 * 8),
+        ("AllToAllPivot", "AlltoAll", 1024 * 4 * 8),  # count per peer
+        ("mscclpp_ncclAllReduce", "AllReduce", 1024 * 4),  # MSCCL++: was dropped
+        ("mscclpp_ncclAllGather", "AllGather", 1024 * 4 * 8),
+    ],
+)
+def test_rccl_op_names_are_nccls(logged: str, op: str, s_bytes: int, tmp_path: Path) -> None:
+    """An MSCCL AllGather counted 8 times too few bytes as an unknown op; the per-line, the
+    live and the bulk decoders all read it as NCCL's op now."""
+    line = _RCCL_COLL.format(op=logged)
+    event = parse_line(line)
+    assert isinstance(event, CollLine)
+    assert (event.op, event.s_bytes) == (op, s_bytes)
+    live = LiveDecoder().decode(line)
+    assert [(c.op, c.s_bytes) for c in live] == [(op, s_bytes)]
+    path = tmp_path / "rccl.log"
+    path.write_text((line + "\n") * 3)
+    summary = read_nccl_log(path)
+    assert summary.collectives[op].count == 3
+    assert summary.collectives[op].bytes == 3 * s_bytes
+    assert summary.unknown_ops == {}
 
 
 @pytest.mark.parametrize(
@@ -865,8 +943,8 @@ def test_fast_path_agrees_with_parse_line(
     acc.feed(line)
     acc.feed(line)
     summary = acc.summary()
-    assert summary.collectives[op].count == 2
-    assert summary.collectives[op].bytes == 2 * (event.s_bytes or 0)
+    assert summary.collectives[canonical_op(op)].count == 2
+    assert summary.collectives[canonical_op(op)].bytes == 2 * (event.s_bytes or 0)
     assert summary.unknown_datatype_calls == (2 if event.elem_size is None else 0)
     assert summary.nranks == nranks
     if event.s_bytes is None:
@@ -1171,3 +1249,27 @@ def test_live_fast_path_agrees_with_the_full_parser(
         assert fast[1:] == (record.op, record.s_bytes, record.nranks, record.comm,
                             f"{record.host}:{record.pid}", peer)  # fmt: skip
         assert (fast[0] is None) == (record.timestamp_s is None)
+
+
+def test_nccl_2_4_2_allocation_lines_join_each_comm_to_its_rank(tmp_path: Path) -> None:
+    """NCCL 2.3.5-2.4.2 print no "Init START/COMPLETE": ncclCommInitAll (one process, many
+    GPUs: TensorFlow, Horovod) joins its comms to their ranks only in the allocation line. Real
+    lines of a 2.4.2 job (NVIDIA/nccl#203)."""
+    path = tmp_path / "tf.log"
+    path.write_text(
+        "NCCL version 2.4.2+cuda9.0\n"
+        "gpu1:11907:12331 [0] NCCL INFO nranks 2\n"
+        "gpu1:11907:12331 [1] NCCL INFO comm 0x7ef9d4137620 rank 0 nranks 2 cudaDev 1 nvmlDev 1\n"
+        "gpu1:11907:12331 [0] NCCL INFO comm 0x7ef9d414a840 rank 1 nranks 2 cudaDev 0 nvmlDev 0\n"
+    )
+    summary = read_nccl_log(path)
+    ranks = {key[2]: info.rank for key, info in summary.comms.items()}
+    assert ranks == {"0x7ef9d4137620": 0, "0x7ef9d414a840": 1}
+    event = parse_line("gpu1:11907:12331 [1] NCCL INFO comm 0x7ef9d4137620 rank 0 nranks 2")
+    assert isinstance(event, InitLine)  # the 2.3.x form
+    assert (event.rank, event.nranks, event.cuda_dev) == (0, 2, None)
+    # Not to be confused with 2.20+'s topology line, which goes on with nNodes.
+    topo = parse_line(
+        NCCL_PREFIX + "comm 0x1 rank 0 nRanks 2 nNodes 1 localRanks 2 localRank 0 MNNVL 0"
+    )
+    assert not isinstance(topo, InitLine)

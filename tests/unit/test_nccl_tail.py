@@ -275,7 +275,8 @@ _ODD_STAMPS = [
     "NCCL 2026-05-05 06:16:47",
 ]
 _OPS = ["AllReduce", "AllGather", "ReduceScatter", "Broadcast", "Send", "Recv", "AlltoAll",
-        "Gather", "Scatter", "PutSignal", "Signal", "AllToAllPivot", "XopCount", "Foo"]  # fmt: skip
+        "Gather", "Scatter", "PutSignal", "Signal", "AllToAllPivot", "mscclFuncAllGather",
+        "mscclpp_ncclAllReduce", "XopCount", "Foo"]  # fmt: skip
 
 
 @st.composite

@@ -11,6 +11,9 @@ A user can record a job on the host where it runs and send the files to whoever 
 * ``nccl.log`` — the NCCL lines as written, from every tailed file.
 
 Times are wall-clock seconds (POSIX), so the files line up with NCCL's own timestamps.
+A directory that already holds a recording is refused, and every file is created exclusively:
+two recorders writing the same file interleaved their rows (a real mishap: a recorder left
+running by a failed job wrote into the next run's file).
 With ``compress`` every file is gzip-compressed (``.gz`` added to its name): 100 Hz counter
 recordings of real jobs shrank 3.8-4.8x, and ``analyze`` reads them as they are. A recording cut
 by a crash keeps all but its cut last line.
@@ -52,14 +55,19 @@ class Recorder:
         self._warned: set[str] = set()
         self.rows: dict[str, int] = {}
 
-    def _open(self, name: str) -> IO[str]:
+    def _open(self, name: str) -> IO[str] | None:
+        """The file ``name``, created on first use; None if another writer created it first."""
         fh = self._files.get(name)
         if fh is None:
             path = self._out / name
-            if self._suffix:  # open until close(), as the plain files are
-                fh = gzip.open(path, "wt", encoding="utf-8", compresslevel=6)  # noqa: SIM115
-            else:
-                fh = path.open("w", encoding="utf-8")
+            try:
+                if self._suffix:  # open until close(), as the plain files are
+                    fh = gzip.open(path, "xt", encoding="utf-8", compresslevel=6)  # noqa: SIM115
+                else:
+                    fh = path.open("x", encoding="utf-8")
+            except FileExistsError:
+                self._warn_once(name, f"{path} appeared meanwhile (another recorder?): not written")
+                return None
             self._files[name] = fh
         return fh
 
@@ -79,6 +87,8 @@ class Recorder:
         if isinstance(reading, CounterReading):
             name = f"counters_{source}.csv{self._suffix}"
             fh = self._open(name)
+            if fh is None:
+                return
             columns = self._columns.get(name)
             if columns is None:
                 columns = self._columns[name] = sorted(reading.values)
@@ -92,6 +102,8 @@ class Recorder:
         elif isinstance(reading, GpuReading):
             name = f"gpu.csv{self._suffix}"
             fh = self._open(name)
+            if fh is None:
+                return
             if self._gpu_signals is None:
                 self._gpu_signals = tuple(sorted(reading.signals))
                 fh.write("time,gpu," + ",".join(self._gpu_signals) + "\n")
@@ -103,7 +115,10 @@ class Recorder:
             fh.write(f"{t},{reading.gpu}," + ",".join(values) + "\n")
         elif isinstance(reading, LogLine):
             name = f"nccl.log{self._suffix}"
-            self._open(name).write(reading.text + "\n")
+            fh = self._open(name)
+            if fh is None:
+                return
+            fh.write(reading.text + "\n")
         else:
             return
         self.rows[name] = self.rows.get(name, 0) + 1
@@ -113,6 +128,11 @@ class Recorder:
         for fh in self._files.values():
             fh.close()
         self._files.clear()
+
+
+#: What a recording writes (see the module docstring).
+_RECORDING_FILES = ("counters_*.csv", "counters_*.csv.gz", "gpu.csv", "gpu.csv.gz", "nccl.log",
+                    "nccl.log.gz")  # fmt: skip
 
 
 async def _run_source(source: Source, recorder: Recorder) -> None:
@@ -133,6 +153,12 @@ async def record(
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise ConfigError(f"cannot create output directory {out}: {exc.strerror}") from None
+    held = sorted(p.name for pattern in _RECORDING_FILES for p in out.glob(pattern) if p.is_file())
+    if held:
+        raise ConfigError(
+            f"{out} already holds a recording ({', '.join(held)}): record into a new "
+            "directory, or move those files away"
+        )
     clock = MonotonicClock()
     sources = build_sources(config, clock=clock, sampler=Sampler(clock), raw_lines=True)
     recorder = Recorder(out, wall_offset=time.time() - clock.now(), compress=compress)

@@ -88,3 +88,20 @@ def test_a_recording_of_a_live_job_analyses_to_its_period(
     result = json.loads(done.stdout)
     assert result["period_s"] == pytest.approx(PERIOD, rel=0.02), result
     assert result["duty_cycle"] == pytest.approx(DUTY, abs=0.05), result
+
+
+def test_a_directory_that_holds_a_recording_is_not_written_over(
+    job: LiveJob, tmp_path: Path
+) -> None:
+    """A second recorder into the same directory (a script's recorder left running by a failed
+    job wrote into the next run's file: their rows interleaved) is refused with the files named,
+    and the first recording stays as it was."""
+    out = tmp_path / "rec"
+    _record(job, tmp_path, out)
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    config = tmp_path / "record.toml"
+    done = _commpulse("record", "--config", str(config), "--out", str(out), "--duration", "1")
+    assert done.returncode != 0
+    assert "already holds a recording" in done.stderr
+    assert "counters_rdma_counters.csv" in done.stderr
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before

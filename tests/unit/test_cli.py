@@ -153,3 +153,19 @@ def test_analyze_collective_latency_sets_the_finetune_latency_share(
         assert sharding["latency_per_collective_s"] == float(latency)
         shares.append(sharding["latency_share"])
     assert shares[1] == pytest.approx(10 * shares[0])  # the share scales with the latency
+
+
+def test_the_recorder_creates_each_file_exclusively(tmp_path: Path) -> None:
+    """A file another writer created after the start is left alone: its rows are not written
+    into it (interleaved rows made a real recording unreadable)."""
+    from agent.record import Recorder
+    from collectors._base import CounterReading
+
+    (tmp_path / "counters_nic.csv").write_text("theirs\n")
+    rec = Recorder(tmp_path, wall_offset=0.0)
+    rec.add("nic", CounterReading(time_s=1.0, values={"eth0_tx_bytes": 1}))
+    rec.add("other", CounterReading(time_s=1.0, values={"eth0_tx_bytes": 1}))
+    rec.close()
+    assert (tmp_path / "counters_nic.csv").read_text() == "theirs\n"
+    assert (tmp_path / "counters_other.csv").read_text().startswith("time,eth0_tx_bytes\n")
+    assert rec.rows == {"counters_other.csv": 1}

@@ -799,10 +799,13 @@ def test_a_real_ddp_job_with_bucketed_all_reduces_is_training() -> None:
     assert regimes.get("training", 0) >= 0.95 * sum(regimes.values()), regimes
 
 
-@pytest.mark.parametrize("name", ["fsdp-gloo-steady", "fsdp-gloo-jittery"])
+@pytest.mark.parametrize(
+    "name", ["fsdp-gloo-steady", "fsdp-gloo-jittery", "fsdp-gloo-shard-grad-op"]
+)
 def test_a_real_fsdp_job_stays_finetune(name: str) -> None:
-    """FSDP gathers every layer's parameters in the forward pass too: its train of collectives
-    runs through the whole step (the longest silence 0.04 of it), which DDP's does not."""
+    """FSDP gathers every layer's parameters in the forward pass too (ZeRO-3, and ZeRO-2's
+    SHARD_GRAD_OP alike): its train of collectives runs through the whole step (the longest
+    silence 0.04-0.05 of it), which DDP's does not."""
     assert analyze_files(counters=[FIXTURES / f"{name}.csv.gz"]).estimate.regime == "finetune"
     regimes = _regimes(name)
     periodic = regimes.get("finetune", 0) + regimes.get("training", 0)
@@ -871,3 +874,17 @@ def test_the_newest_part_holding_one_train_of_buckets_is_not_taken_for_the_step(
     )
     assert est.period_s is None or est.period_s > 2.0
     assert since is None or est.period_s is not None
+
+
+def test_a_real_zero2_job_is_locked_on_its_step() -> None:
+    """FSDP SHARD_GRAD_OP (ZeRO-2): eight all-gathers in the forward pass, eight reduce-scatters
+    in the backward pass, 0.97 s steps. T is the step live (every hop) and offline (within 1 %),
+    the layer spacing its inner period."""
+    name = "fsdp-gloo-shard-grad-op"
+    stats = _real(name)
+    assert stats.locked_share >= 0.97
+    assert stats.right_share >= 0.95
+    est = analyze_files(counters=[FIXTURES / f"{name}.csv.gz"]).estimate
+    assert est.period_s == pytest.approx(stats.mean_step_s, rel=0.01)
+    assert est.inner_period_s is not None
+    assert est.inner_period_s < 0.25 * est.period_s

@@ -1383,10 +1383,16 @@ class _NgBatch:
     parts: list[_I64] = field(default_factory=list)  # block offsets of its packet blocks
     count: int = 0  # packet blocks in parts
     slow: dict[int, _SlowPacket] = field(default_factory=dict)  # by packet index
+    #: Slow packets whose time is out of range: their raw timestamp units, by packet index.
+    slow_bad: dict[int, int] = field(default_factory=dict)
     marks: list[int] = field(default_factory=list)  # count at each non-packet block
     last_t: int | None = None  # time of the last timed packet (for SPBs)
     oversized: int = 0
     spb_untimed: int = 0
+    #: Packets whose timestamp is out of range (kept untimed), and the first one's
+    #: (block number, interface id, raw timestamp units).
+    bad_times: int = 0
+    first_bad_time: tuple[int, int, int] | None = None
 
     def add(self, offsets: _I64) -> None:
         self.parts.append(offsets)
@@ -1405,17 +1411,20 @@ class _NgBatch:
         self.parts = []
         self.count = 0
         self.slow = {}
+        self.slow_bad = {}
         self.marks = []
 
 
-def _epb_times(units: _U64, if_id: _I64, rows: _I64, ifaces: list[_Iface]) -> tuple[_I64, int]:
-    """Times in ns of the EPB rows (per interface), and the first row out of range.
+def _epb_times(
+    units: _U64, if_id: _I64, rows: _I64, ifaces: list[_Iface]
+) -> tuple[_I64, list[int]]:
+    """Times in ns of the EPB rows (per interface), and the rows out of range.
 
     Exact integer arithmetic as ``units * mul // div + offset_ns``: in uint64 where it cannot
     overflow (every real resolution and epoch), in Python integers for the rest.
     """
     t = np.zeros(units.size, dtype=np.int64)
-    first_bad = units.size
+    bad: list[int] = []
     ids = if_id[rows]
     one = ids.size > 0 and bool((ids == ids[0]).all())
     for k in [int(ids[0])] if one else np.unique(ids).tolist():
@@ -1437,8 +1446,8 @@ def _epb_times(units: _U64, if_id: _I64, rows: _I64, ifaces: list[_Iface]) -> tu
             if _I64_MIN <= v <= _I64_MAX:
                 t[row] = v
             else:
-                first_bad = min(first_bad, row)
-    return t, first_bad
+                bad.append(row)
+    return t, sorted(bad)
 
 
 def _ng_flush(
@@ -1479,9 +1488,20 @@ def _ng_flush(
     bad = np.flatnonzero(code)
     stop = int(bad[0]) if bad.size else m
     ok_rows = np.flatnonzero(fast[:stop])
-    tns, t_bad = _epb_times(units, if_id, ok_rows, ifaces)
-    if t_bad < stop:
-        raise _corrupt(path, b.number_of(t_bad), "timestamp out of range")
+    tns, bad_rows = _epb_times(units, if_id, ok_rows, ifaces)
+    # A time past the int64 nanosecond range (a real dumpcap file: a negative time written
+    # unsigned on its second interface) loses that packet's time, not the file: kept untimed.
+    bad_time = np.zeros(m, dtype=bool)
+    bad_time[[r for r in bad_rows if r < stop]] = True
+    bad_time[[i for i in b.slow_bad if i < stop]] = True
+    if bad_time.any():
+        first = int(np.flatnonzero(bad_time)[0])
+        if b.first_bad_time is None:
+            raw = b.slow_bad.get(first, int(units[first]))
+            iface_id = b.slow[first][1] if first in b.slow else int(if_id[first])
+            b.first_bad_time = (b.number_of(first), iface_id, raw)
+        b.bad_times += int(bad_time.sum())
+        tns[bad_time] = 0  # as an untimed packet's
     if stop < m:
         i = stop
         number, at, bl = b.number_of(i), int(pend[i]), int(blen[i])
@@ -1513,7 +1533,7 @@ def _ng_flush(
         else:
             _check_lengths(path, "block", number, int(caps[i]), int(origs[i]))
     offs = pend + 28
-    own = fast.copy()  # packets with a time of their own (EPB, OPB)
+    own = fast & ~bad_time  # packets with a time of their own (EPB, OPB)
     for i, (data_off, iface, caplen, origlen, t) in b.slow.items():
         offs[i], if_id[i], caps[i], origs[i] = data_off, iface, caplen, origlen
         if t is not None:
@@ -1527,8 +1547,9 @@ def _ng_flush(
         own[:stop],
         if_id[:stop],
     )
+    bad_time = bad_time[:stop]
     timed = own
-    spb = ~own
+    spb = ~own & ~bad_time
     if spb.any():  # a simple packet block takes the time of the last timed packet before it
         src = np.where(own, np.arange(stop), -1)
         np.maximum.accumulate(src, out=src)
@@ -1706,8 +1727,9 @@ def _scan_pcapng(buf: _Buf, size: int, path: Path, meta: _Meta) -> Iterator[_Chu
             if t_units is not None:
                 iface = ifaces[if_id]
                 t = t_units * iface.mul // iface.div + iface.offset_ns
-                if not _I64_MIN <= t <= _I64_MAX:
-                    raise fail(number, "timestamp out of range")
+                if not _I64_MIN <= t <= _I64_MAX:  # kept untimed: see _ng_flush
+                    b.slow_bad[b.count] = t_units
+                    t = None
             b.slow[b.count] = (data_off, if_id, caplen, origlen, t)
             b.add(np.array([pos], dtype=np.int64))
             if b.count >= _CHUNK:
@@ -1726,6 +1748,13 @@ def _scan_pcapng(buf: _Buf, size: int, path: Path, meta: _Meta) -> Iterator[_Chu
     if b.spb_untimed:
         meta.warn.append(
             f"{b.spb_untimed} simple packet blocks came before any timed packet; their time is NaN"
+        )
+    if b.first_bad_time is not None:
+        number, iface_id, raw = b.first_bad_time
+        meta.warn.append(
+            f"{b.bad_times} packets have a timestamp out of range, first in block {number} "
+            f"(interface {iface_id}, raw {raw:#x}: a negative time written unsigned?); they "
+            "are kept without a time"
         )
 
 

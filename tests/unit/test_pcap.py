@@ -970,8 +970,9 @@ def _ref_scan_pcapng(buf: bytes, size: int, path: Path) -> _RefRecords:
     ifaces: list[pcap_mod._Iface] = []
     head = u32 = idb = epb = opb = struct.Struct("<II")
     endian = "<"
-    pos = number = oversized = spb_untimed = 0
+    pos = number = oversized = spb_untimed = bad_times = 0
     last_t: int | None = None
+    first_bad_time: tuple[int, int, int] | None = None
     while pos < size:
         number += 1
         if size - pos < 12:
@@ -1065,9 +1066,13 @@ def _ref_scan_pcapng(buf: bytes, size: int, path: Path) -> _RefRecords:
                     spb_untimed += 1
             else:
                 t = t_units * iface.mul // iface.div + iface.offset_ns
-                if not -(1 << 63) <= t <= (1 << 63) - 1:
-                    raise corrupt(path, number, "timestamp out of range")
-                last_t = t
+                if not -(1 << 63) <= t <= (1 << 63) - 1:  # kept, untimed
+                    if first_bad_time is None:
+                        first_bad_time = (number, if_id, t_units)
+                    bad_times += 1
+                    t = None
+                else:
+                    last_t = t
             recs.offs.append(data_off)
             recs.caps.append(caplen)
             recs.origs.append(origlen)
@@ -1082,6 +1087,13 @@ def _ref_scan_pcapng(buf: bytes, size: int, path: Path) -> _RefRecords:
     if spb_untimed:
         recs.warn.append(
             f"{spb_untimed} simple packet blocks came before any timed packet; their time is NaN"
+        )
+    if first_bad_time is not None:
+        number, iface_id, raw = first_bad_time
+        recs.warn.append(
+            f"{bad_times} packets have a timestamp out of range, first in block {number} "
+            f"(interface {iface_id}, raw {raw:#x}: a negative time written unsigned?); they "
+            "are kept without a time"
         )
     return recs
 
@@ -2108,3 +2120,33 @@ def test_a_capture_between_two_hosts_says_its_direction_is_a_guess() -> None:
     cap = parse_capture(pcap_bytes([(i, f, len(f)) for i, f in enumerate(frames)]))
     assert cap.stats.local_mac == LOCAL_MAC
     assert not any(w.startswith("two hosts only") for w in cap.stats.warnings)
+
+
+def test_pcapng_packets_whose_time_is_out_of_range_are_kept_untimed() -> None:
+    """A real dumpcap file (PcapPlusPlus' pcapng example) wrote a negative time unsigned on its
+    second interface (µs units 0xffffffffe1dfd279: past int64 nanoseconds). The whole file was
+    rejected; tshark reads all of it. Every packet is kept and counted, those packets without a
+    time, the first interface's with theirs, and a warning names the first block."""
+    data = bytes(roce4())
+    bad_units = 0xFFFFFFFFE1DFD279
+    raw = (
+        ng_shb()
+        + ng_idb(snaplen=256, tsresol=9)
+        + ng_idb(snaplen=256)  # microseconds
+        + ng_epb(0, T0_NS, data, len(data))
+        + ng_epb(1, bad_units, data, len(data))
+        + ng_epb(0, T0_NS + 1_000_000, data, len(data))
+        + ng_spb(data, len(data))  # takes the last good time, not the bad one
+    )
+    cap = parse_capture(raw)
+    assert cap.stats.packets == 4
+    assert cap.stats.bytes == 4 * len(data)
+    assert cap.stats.roce_packets == 4
+    assert np.isnan(cap.time_s[1])
+    assert cap.time_s[[0, 2, 3]] == pytest.approx(
+        [T0_NS / 1e9, T0_NS / 1e9 + 1e-3, T0_NS / 1e9 + 1e-3], abs=1e-6
+    )
+    note = next(w for w in cap.stats.warnings if "out of range" in w)
+    assert "block 5" in note
+    assert "interface 1" in note
+    assert "kept without a time" in note

@@ -703,6 +703,30 @@ def _decode_coll(msg: str, where: _Where, *, anywhere: bool) -> CollLine | None:
     return None
 
 
+def _init_line(m: re.Match[str], where: _Where, phase: Literal["START", "COMPLETE"]) -> InitLine:
+    """An :class:`InitLine` from an init match (groups the allocation form lacks are None)."""
+    g = m.groupdict()
+    cudadev, nvmldev = g["cudadev"], g["nvmldev"]
+    host, pid, tid, dev, ts = where
+    return InitLine(
+        comm=g["comm"],
+        rank=int(g["rank"]),
+        nranks=int(g["nranks"]),
+        cuda_dev=int(cudadev) if cudadev is not None else None,
+        bus_id=g.get("busid"),
+        comm_id=g.get("commid"),
+        phase=phase,
+        nvml_dev=int(nvmldev) if nvmldev is not None else None,
+        api=g.get("fn"),
+        parent=g.get("parent"),
+        host=host,
+        pid=pid,
+        tid=tid,
+        dev=dev,
+        timestamp_s=ts,
+    )
+
+
 def _decode_info(msg: str, where: _Where) -> NcclEvent | None:
     """Decode the message of an INFO record; None only for a COLL message that is broken."""
     host, pid, tid, dev, ts = where
@@ -711,44 +735,11 @@ def _decode_info(msg: str, where: _Where) -> NcclEvent | None:
     if "COMPLETE" in msg or "Init START" in msg:
         m = _INIT_RE.match(msg)
         if m is not None:
-            phase: Literal["START", "COMPLETE"] = "START" if m["phase"] == "START" else "COMPLETE"
-            cudadev, nvmldev = m["cudadev"], m["nvmldev"]
-            return InitLine(
-                comm=m["comm"],
-                rank=int(m["rank"]),
-                nranks=int(m["nranks"]),
-                cuda_dev=int(cudadev) if cudadev is not None else None,
-                bus_id=m["busid"],
-                comm_id=m["commid"],
-                phase=phase,
-                nvml_dev=int(nvmldev) if nvmldev is not None else None,
-                api=m["fn"],
-                parent=m["parent"],
-                host=host,
-                pid=pid,
-                tid=tid,
-                dev=dev,
-                timestamp_s=ts,
-            )
+            return _init_line(m, where, "START" if m["phase"] == "START" else "COMPLETE")
     elif msg.startswith("comm ") and " nranks " in msg:
         m = _INIT_ALLOC_RE.match(msg)
         if m is not None:
-            cudadev, nvmldev = m["cudadev"], m["nvmldev"]
-            return InitLine(
-                comm=m["comm"],
-                rank=int(m["rank"]),
-                nranks=int(m["nranks"]),
-                cuda_dev=int(cudadev) if cudadev is not None else None,
-                bus_id=None,
-                comm_id=None,
-                phase="START",
-                nvml_dev=int(nvmldev) if nvmldev is not None else None,
-                host=host,
-                pid=pid,
-                tid=tid,
-                dev=dev,
-                timestamp_s=ts,
-            )
+            return _init_line(m, where, "START")
     elif " nNodes " in msg:
         m = _TOPO_RE.match(msg)
         if m is not None:

@@ -657,6 +657,21 @@ def _real(name: str) -> Any:
     return acc.run_real(acc.load_real(FIXTURES / f"{name}.csv.gz"))
 
 
+def _shown(name: str) -> list[list[float]]:
+    """The Ts a recording's live replay shows, both directions, one list per hop offset."""
+    rec = acc.load_real(FIXTURES / f"{name}.csv.gz")
+    shown = []
+    for phase in PHASES:
+        updates = acc.run_online(
+            acc.Stream(rec.times, rec.tx, rec.rx),
+            PipelineSettings(hop_s=1.0, counter_rate_hz=100.0),
+            t_start=float(rec.times[0]) + phase,
+            t_end=float(rec.ends[-1]),
+        )
+        shown.append([u.reported_s for u in updates if u.reported_s is not None])
+    return shown
+
+
 def test_a_real_job_whose_batch_doubled_is_locked_again_on_its_new_step() -> None:
     """Real DDP, steps of 0.41 s, then 0.56 s once its batch doubled (mid-job, no pause): at
     every hop offset the new T is shown within 5 % for good 2.9-4.4 s (3-4 hops) after the
@@ -717,15 +732,7 @@ def test_an_asynchronous_checkpoint_does_not_become_the_step() -> None:
     # The 4-16 steps around a write include some of 0.6-0.9 s, which T, read from the steady
     # steps' edges, leaves out: 87 % of hops are within 5 % of their mean.
     assert stats.right_share >= 0.8
-    rec = acc.load_real(FIXTURES / "ddp-gloo-checkpoint.csv.gz")
-    for phase in PHASES:
-        updates = acc.run_online(
-            acc.Stream(rec.times, rec.tx, rec.rx),
-            PipelineSettings(hop_s=1.0, counter_rate_hz=100.0),
-            t_start=float(rec.times[0]) + phase,
-            t_end=float(rec.ends[-1]),
-        )
-        shown = [u.reported_s for u in updates if u.reported_s is not None]
+    for shown in _shown("ddp-gloo-checkpoint"):
         assert shown
         assert max(shown) <= 2.0 * stats.mean_step_s
     est = analyze_files(counters=[FIXTURES / "ddp-gloo-checkpoint.csv.gz"]).estimate
@@ -843,15 +850,7 @@ def test_a_long_step_of_bucketed_all_reduces_is_locked_on_its_step() -> None:
     assert all(f is not None and f <= 4.0 for f in stats.first_lock), stats.first_lock
     assert stats.locked_share >= 0.97
     assert stats.right_share >= 0.95
-    rec = acc.load_real(FIXTURES / f"{name}.csv.gz")
-    for phase in PHASES:
-        updates = acc.run_online(
-            acc.Stream(rec.times, rec.tx, rec.rx),
-            PipelineSettings(hop_s=1.0, counter_rate_hz=100.0),
-            t_start=float(rec.times[0]) + phase,
-            t_end=float(rec.ends[-1]),
-        )
-        shown = [u.reported_s for u in updates if u.reported_s is not None]
+    for shown in _shown(name):
         assert min(shown) >= 0.5 * stats.mean_step_s
     est = analyze_files(counters=[FIXTURES / f"{name}.csv.gz"]).estimate
     assert est.period_s == pytest.approx(stats.mean_step_s, rel=0.015)

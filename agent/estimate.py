@@ -266,9 +266,7 @@ def _direction_period(
     """One direction's series from its traffic's start, and its period."""
     # Idle before the traffic (a job that started in the window) is cut; idle after it is
     # not: live, the end of the window is now, and traffic that stopped must show.
-    start, _ = active_span(grid.rate)
-    if start:
-        grid = grid.sliced(start, grid.rate.size)
+    grid = grid.from_traffic_start()
     peak = float(np.nanmax(grid.rate)) if np.isfinite(grid.rate).any() else 0.0
     if peak < idle_bytes_per_s:
         # Heartbeats and management chatter can repeat like clockwork (three keep-alives
@@ -839,8 +837,7 @@ def _trains_in_window(inputs: EstimateInputs, recent: Estimate) -> bool:
     grid = inputs.network.get(direction) if direction is not None else None
     if grid is None or recent.period_s is None:
         return False
-    start, _ = active_span(grid.rate)
-    grid = grid.sliced(start, grid.rate.size) if start else grid
+    grid = grid.from_traffic_start()
     return comes_in_trains(grid.rate, grid.dt, recent.period_s, t0=grid.t0)
 
 

@@ -1382,11 +1382,9 @@ def comes_in_trains(rate: FloatArray, dt: float, period_s: float, *, t0: float =
     Timed on the coarsest pyramid level with 8 samples a period or more (edge timing at 64 k
     samples costs milliseconds, and a burst that comes once a period merges there as well).
     """
-    x = np.asarray(rate, dtype=np.float64)
-    finite = np.isfinite(x)
-    if finite.sum() < 32:
+    x = _filled(rate)
+    if x is None:
         return False
-    x = np.where(finite, x, float(np.mean(x[finite])))
     levels = [lv for lv in build_pyramid(x, dt) if period_s / lv.dt >= 8]
     if not levels:
         return False
@@ -1594,6 +1592,15 @@ def _locked_outer(
     return _near_candidate(expected_s, detections, cfg, comb=cfg.moderate_comb, z=cfg.strong_z_min)
 
 
+def _filled(rate: FloatArray) -> FloatArray | None:
+    """The rate with unknown (NaN) slots at its mean; None under 32 known slots."""
+    x = np.asarray(rate, dtype=np.float64)
+    finite = np.isfinite(x)
+    if finite.sum() < 32:
+        return None
+    return np.where(finite, x, float(np.mean(x[finite])))
+
+
 def estimate_period(
     rate: FloatArray,
     dt: float,
@@ -1622,12 +1629,9 @@ def estimate_period(
             locked one keeps it as the outer period (:func:`_locked_outer`).
     """
     cfg = settings or DetectorSettings()
-    x = np.asarray(rate, dtype=np.float64)
-    finite = np.isfinite(x)
-    if finite.sum() < 32:
+    x = _filled(rate)
+    if x is None:
         return PeriodResult(None, 0.0, warnings=("too few samples to look for a period",))
-    fill = float(np.mean(x[finite]))
-    x = np.where(finite, x, fill)
 
     pyramid = build_pyramid(x, dt, factor=cfg.decimation)
     detections: list[LevelDetection] = []

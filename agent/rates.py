@@ -90,6 +90,14 @@ class GridSeries:
         """Length of the grid in seconds."""
         return float(self.rate.size * self.dt)
 
+    def from_traffic_start(self) -> GridSeries:
+        """The grid without the idle before its traffic (:func:`active_span`'s start).
+
+        A ring that filled before a job would dilute its steps in every estimate.
+        """
+        start, _ = active_span(self.rate)
+        return self.sliced(start, self.rate.size) if start else self
+
     def sliced(self, i0: int, i1: int) -> GridSeries:
         """Slots ``i0`` to ``i1`` (exclusive) as a grid of their own (polls kept whole)."""
         return GridSeries(

@@ -17,7 +17,7 @@ import numpy as np
 import numpy.typing as npt
 
 from agent.period import edge_timing, estimate_period
-from agent.rates import GridSeries, active_span
+from agent.rates import GridSeries
 
 __all__ = [
     "NESTED_RATIO",
@@ -305,9 +305,7 @@ def whole_window_period(grid: GridSeries) -> float | None:
     The idle before the traffic is cut first, as for every estimate: a ring that filled before
     the job would dilute the NSDF of its steps.
     """
-    start, _ = active_span(grid.rate)
-    if start:
-        grid = grid.sliced(start, grid.rate.size)
+    grid = grid.from_traffic_start()
     return estimate_period(grid.rate, grid.dt, t0=grid.t0).period_s
 
 

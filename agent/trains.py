@@ -84,11 +84,6 @@ def without_start_up(edges: FloatArray) -> FloatArray:
     return edges
 
 
-def _starts(rising_s: FloatArray, falling_s: FloatArray, period_s: float) -> FloatArray:
-    """The starts of the trains that follow a silence, the start-up's left out."""
-    return without_start_up(rising_s[silences_after(rising_s, falling_s, period_s) + 1])
-
-
 def train_verdict(
     rising_s: FloatArray, falling_s: FloatArray, period_s: float, start_s: float, end_s: float
 ) -> TrainVerdict:
@@ -114,7 +109,7 @@ def train_verdict(
     share = float(np.sum(silences)) / max(end_s - start_s, 1e-12)
     if rising_s.size > TRAIN_MAX_BURSTS * (silences.size + 1) or share < TRAIN_SILENT_SHARE:
         return "none"
-    starts = _starts(rising_s, falling_s, period_s)
+    starts = train_starts(rising_s, falling_s, period_s)
     if starts.size >= 3:
         steps = np.diff(starts)
         if float(np.std(steps)) > TRAIN_START_CV * float(np.mean(steps)):
@@ -151,4 +146,4 @@ def train_period(rising_s: FloatArray, falling_s: FloatArray, rhythm_s: float) -
 
 def train_starts(rising_s: FloatArray, falling_s: FloatArray, period_s: float) -> FloatArray:
     """The starts of the trains after a silence (the start-up's left out): T's edges."""
-    return _starts(rising_s, falling_s, period_s)
+    return without_start_up(rising_s[silences_after(rising_s, falling_s, period_s) + 1])

@@ -13,7 +13,8 @@ wherever consecutive polls read the same columns.
 A sweep may also keep what it read undecoded and hand it over through ``drain``, which the
 thread calls at each hand-over: after every 10 ms sleep the interpreter runs cold (the
 development VM measured a sweep of 8 RDMA ports at several times its back-to-back cost), so
-the least Python per tick is a list of raw reads, decoded ten polls at a time.
+the least Python per tick is a list of raw reads, decoded ten polls at a time. The jobs of
+one thread share each hand-over's loop wake-up.
 """
 
 from __future__ import annotations
@@ -99,7 +100,7 @@ class _Thread:
                 for job in jobs:
                     if job.drain is not None and not job.stopped:
                         self._call(job, job.drain)
-                    self._flush(job)
+                self._flush(*jobs)
 
     def _call(self, job: _Job, step: Sweep) -> None:
         """Run a job's sweep or drain into its batch; an exception ends that job only."""
@@ -112,16 +113,22 @@ class _Thread:
             self._end(job, exc)
 
     @staticmethod
-    def _flush(job: _Job) -> None:
-        if job.batch and not job.loop.is_closed():
-            batch, job.batch = coalesce_counters(job.batch), []
+    def _flush(*jobs: _Job) -> None:
+        """Hand the jobs' batches to their loops: one wake-up per loop, not one per job."""
+        due: dict[asyncio.AbstractEventLoop, list[tuple[_Job, list[Reading]]]] = {}
+        for job in jobs:
+            if job.batch and not job.loop.is_closed():
+                due.setdefault(job.loop, []).append((job, coalesce_counters(job.batch)))
+                job.batch = []
+        for loop, batches in due.items():
 
-            def deliver() -> None:
-                if not job.done.done():
-                    for reading in batch:
-                        job.emit(reading)
+            def deliver(batches: list[tuple[_Job, list[Reading]]] = batches) -> None:
+                for job, batch in batches:
+                    if not job.done.done():
+                        for reading in batch:
+                            job.emit(reading)
 
-            job.loop.call_soon_threadsafe(deliver)
+            loop.call_soon_threadsafe(deliver)
 
     def _end(self, job: _Job, exc: BaseException | None) -> None:
         """Finish a job (already out of ``jobs``), in this thread: last batch, close, wake.

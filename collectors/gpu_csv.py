@@ -280,7 +280,11 @@ class GpuCsvConfig:
         "follow", "follow: tail a file being written; replay: play a recording at its pace."
     )
     loop: bool = doc(True, "replay: start over at the end of the file.")
-    poll_interval_s: float = doc(0.1, "Seconds between looks at the file.")
+    poll_interval_s: float = doc(
+        0.2,
+        "Seconds between looks at the file (the rows carry their own times; at the NCCL "
+        "log's interval both followers share one thread).",
+    )
 
     def __post_init__(self) -> None:
         if self.mode not in ("follow", "replay"):

@@ -1266,8 +1266,12 @@ def _scan_pcap(buf: _Buf, size: int, path: Path, meta: _Meta) -> Iterator[_Chunk
     endian, frac_ns = _PCAP_MAGIC[bytes(buf[0:4])]
     if size < 24:
         raise InputFormatError(path, f"pcap file header cut short ({size} of 24 bytes)")
-    _snaplen, linktype = struct.unpack_from(endian + "16xII", buf, 0)
+    major, minor, _snaplen, linktype = struct.unpack_from(endian + "4xHH8xII", buf, 0)
     meta.link_type = linktype & 0xFFFF  # upper bits: FCS length flags
+    if (major, minor) != (2, 4):  # every writer since 1998; libpcap refuses most others
+        meta.warn.append(
+            f"pcap header says format version {major}.{minor}, not 2.4: records read as 2.4"
+        )
     big = endian == ">"
     caplen_at = struct.Struct(endian + "8xI").unpack_from
     g = _Gather(buf)

@@ -922,9 +922,14 @@ def _ref_scan_pcap(buf: bytes, size: int, path: Path) -> _RefRecords:
     endian, frac_ns = pcap_mod._PCAP_MAGIC[bytes(buf[0:4])]
     if size < 24:
         raise InputFormatError(path, f"pcap file header cut short ({size} of 24 bytes)")
+    major, minor = struct.unpack_from(endian + "HH", buf, 4)
     _snaplen, linktype = struct.unpack_from(endian + "16xII", buf, 0)
     recs = _RefRecords()
     recs.link_type = linktype & 0xFFFF
+    if (major, minor) != (2, 4):
+        recs.warn.append(
+            f"pcap header says format version {major}.{minor}, not 2.4: records read as 2.4"
+        )
     rec = struct.Struct(endian + "IIII")
     pos, number, oversized = 24, 0, 0
     while pos < size:
@@ -2150,3 +2155,15 @@ def test_pcapng_packets_whose_time_is_out_of_range_are_kept_untimed() -> None:
     assert "block 5" in note
     assert "interface 1" in note
     assert "kept without a time" in note
+
+
+def test_a_pcap_header_of_another_format_version_is_read_with_a_warning() -> None:
+    """libpcap writes 2.4 since 1998; a file saying otherwise is read, and the user told."""
+    frames = [bytes(roce4()) for _ in range(3)]
+    good = pcap_bytes([(T0_NS + i, f, len(f)) for i, f in enumerate(frames)])
+    odd = good[:4] + struct.pack("<HH", 2, 2) + good[8:]
+    ok, cap = parse_capture(good), parse_capture(odd)
+    assert cap.stats.packets == ok.stats.packets == 3
+    assert cap.stats.bytes == ok.stats.bytes
+    assert not ok.stats.warnings
+    assert any("format version 2.2" in w for w in cap.stats.warnings)

@@ -31,6 +31,8 @@ from agent.rates import (
     GridSeries,
     active_span,
     busy_slots,
+    column_direction,
+    column_words,
     direction_grids,
     nominal_interval,
 )
@@ -114,16 +116,107 @@ def _combine_grids(parts: list[dict[Direction, GridSeries]]) -> dict[Direction, 
     return out
 
 
-def _counters(paths: Sequence[Path]) -> tuple[dict[Direction, GridSeries], float]:
+#: Polls this far apart or more get a note: a period of seconds is barely seen, and a time
+#: column in milliseconds read as seconds looks like this.
+SLOW_POLL_S = 0.5
+#: More counter resets than this share of the reads: the columns are not cumulative.
+NOT_CUMULATIVE_RESETS = 0.05
+#: Words of column names that count something other than bytes (packets, errors, ticks of
+#: InfiniBand's port_xmit_wait): summed as bytes they inflate B.
+_NOT_BYTES = frozenset({"packets", "packet", "pkts", "pkt", "errors", "errs", "error", "drop",
+                        "drops", "dropped", "discards", "discard", "wait", "frames", "multicast",
+                        "collisions", "fifo", "carrier", "overruns", "compressed"})  # fmt: skip
+#: InfiniBand's data counters (port_xmit_data, port_rcv_data, their _64 forms; perfquery's
+#: PortXmitData) count 4-byte words.
+_IB_WORDS = (("xmit", "data"), ("rcv", "data"))
+IB_WORD_BYTES = 4
+
+
+def _byte_columns(names: Sequence[str]) -> tuple[list[str], dict[str, float], list[str]]:
+    """(columns read as byte counters, their scale to bytes, notes on what was done).
+
+    The contract's columns are byte counters named tx/rx. Files from other tools also hold
+    packet and error counters, the loopback interface (never the job's: NCCL goes through
+    shared memory inside a host), InfiniBand's data counters in 4-byte words, or columns of
+    no direction next to tx/rx ones: each is left out or converted, and said so.
+    """
+    kept: list[str] = []
+    scale: dict[str, float] = {}
+    other, loop, words, bits = [], [], [], []
+    for name in names:
+        w = column_words(name)
+        if _NOT_BYTES.intersection(w):
+            other.append(name)
+        elif w[:1] == ["lo"] or "loopback" in w:
+            loop.append(name)
+        else:
+            kept.append(name)
+            if any(pair in itertools.pairwise(w) for pair in _IB_WORDS):
+                scale[name] = IB_WORD_BYTES
+                words.append(name)
+            elif "bits" in w:
+                scale[name] = 1 / 8
+                bits.append(name)
+    notes = []
+    if bits:
+        notes.append(f"read as bit counters (/8 to bytes): {', '.join(bits)}")
+    if other:
+        notes.append(f"left out columns that count no bytes: {', '.join(other)}")
+    if loop:
+        notes.append(f"left out the loopback interface's columns: {', '.join(loop)}")
+    if words:
+        notes.append(
+            f"read as InfiniBand data counters, in 4-byte words (x{IB_WORD_BYTES} to bytes): "
+            f"{', '.join(words)}"
+        )
+    aimless = [n for n in kept if column_direction(n) == "total"]
+    if aimless and len(aimless) < len(kept):
+        kept = [n for n in kept if n not in aimless]
+        notes.append(
+            "left out columns whose names say neither tx nor rx (other columns do): "
+            f"{', '.join(aimless)}"
+        )
+    return kept, scale, notes
+
+
+def _counters(paths: Sequence[Path]) -> tuple[dict[Direction, GridSeries], float, list[str]]:
+    """The files' grids summed by direction, their poll interval, and what their rows lost."""
     tables = [read_counters_csv(p) for p in paths]
+    notes = [f"{p}: {w}" for p, t in zip(paths, tables, strict=True) for w in t.warnings]
     dt = min(nominal_interval(t.times) for t in tables)
     grids = []
+    reads = 0
     for path, table in zip(paths, tables, strict=True):
+        kept, scale, kept_notes = _byte_columns(list(table.columns))
+        reads += table.times.size * len(kept)
+        notes += [f"{path}: {n}" for n in kept_notes]
+        if not kept:
+            raise InputFormatError(path, "no column counts bytes: " + "; ".join(kept_notes))
         try:
-            grids.append(direction_grids(table.times, table.columns, present=table.present, dt=dt))
+            grids.append(
+                direction_grids(
+                    table.times,
+                    {n: table.columns[n] for n in kept},
+                    present=table.present,
+                    dt=dt,
+                    scale=scale,
+                )
+            )
         except ValueError as exc:
             raise InputFormatError(path, str(exc)) from None
-    return _combine_grids(grids), dt
+    resets = sum(g.resets for gs in grids for g in gs.values())
+    if resets > NOT_CUMULATIVE_RESETS * reads:
+        notes.append(
+            f"{resets} counter resets in {reads} reads: the values look like rates or "
+            "per-interval counts, not the cumulative counters a counters CSV holds"
+        )
+    if dt >= SLOW_POLL_S:
+        notes.append(
+            f"the counters were read every {dt:.3g} s: periods under {4 * dt:.3g} s and bursts "
+            f"under {dt:.3g} s cannot be seen (if the time column is in milliseconds or "
+            "microseconds, name it time_ms or time_us)"
+        )
+    return _combine_grids(grids), dt, notes
 
 
 def _gpu(paths: Sequence[Path]) -> GpuSamples:
@@ -258,6 +351,7 @@ def _parts(network: dict[Direction, GridSeries]) -> list[tuple[int, int]]:
         return []
     grid = chosen[1]
     busy = busy_slots(grid.rate)
+    busy = busy[np.isfinite(grid.rate[busy])]  # a hole without polls separates parts too
     if busy.size < 2:
         return []
     gap = max(1, math.ceil(JOB_GAP_S / grid.dt))
@@ -297,7 +391,16 @@ def _one_job(
     a, b, sub, part = max(found, key=lambda f: (f[3].mean_bandwidth or 0.0) * (f[1] - f[0]))
     listed = ", ".join(f"{f[0] * dt:.0f}-{f[1] * dt:.0f} s: T {f[3].period_s:.4g} s" for f in found)
     shown = f"{a * dt:.0f}-{b * dt:.0f} s"
-    if one_job:
+    rate = next(iter(network.values())).rate
+    hole = any(np.isnan(rate[found[k][1] : found[k + 1][0]]).any() for k in range(len(found) - 1))
+    if one_job and hole:
+        # The recorder stopped (or lost the device) for a while: a stretch of unknown slots
+        # read as the mean rate hides the period of the traffic around it.
+        note = (
+            f"the recording has no reads for {JOB_GAP_S:g} s or more between parts ({listed}, "
+            f"from its first traffic), and no period spans the hole; shown: the part at {shown}"
+        )
+    elif one_job:
         # One job that fell silent (a checkpoint): read across the silence, its period was lost.
         note = (
             f"the traffic stops for {JOB_GAP_S:g} s or more between parts ({listed}, from its "
@@ -532,11 +635,12 @@ def analyze_files(
     sources: dict[str, list[str]] = {}
     extra: dict[str, Any] = {}
     capture_notes: list[str] = []
+    counter_notes: list[str] = []
     network: dict[Direction, GridSeries] = {}
     network_source: str | None = None
     counter_dt: float | None = None
     if counters:
-        network, counter_dt = _counters(counters)
+        network, counter_dt, counter_notes = _counters(counters)
         network_source = "counters"
         sources["counters"] = [str(p) for p in counters]
     pcap_fine: Grids | None = None
@@ -595,8 +699,8 @@ def analyze_files(
     if network:
         inputs, est = _one_job(network, inputs, est)
         inputs, est = _step_parts(dict(inputs.network), inputs, est)
-    if capture_notes:
-        est = replace(est, warnings=(*est.warnings, *capture_notes))
+    if capture_notes or counter_notes:
+        est = replace(est, warnings=(*est.warnings, *counter_notes, *capture_notes))
     if not network and mix is None and gpu_samples is None:
         est = replace(est, regime="unknown")  # Inspector records alone say nothing of traffic
     extra["arrivals"] = arrivals_json(inputs, est)

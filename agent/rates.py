@@ -31,6 +31,7 @@ __all__ = [
     "Direction",
     "GridSeries",
     "column_direction",
+    "column_words",
     "counter_delta",
     "counter_deltas",
     "grid_from_cumulative",
@@ -137,24 +138,44 @@ def active_span(rate: FloatArray) -> tuple[int, int]:
     cycle, is most of what the autocorrelation sees, and hides the period. An idle stretch at
     either end is cut only when it is longer than twice the longest one inside the traffic
     (an off phase of the job), keeping one such off phase, so that the first burst still has
-    its rising edge. Unknown (NaN) slots are not idle. Returns ``(0, n)`` when nothing is cut.
+    its rising edge. Unknown (NaN) slots inside the traffic are not idle (a gap is no off
+    phase), but the ends are found among the known slots: an unknown slot at either end (a
+    device not read at the last poll) must not make the idle before it part of the traffic.
+    Returns ``(0, n)`` when nothing is cut.
     """
     n = rate.size
     busy = busy_slots(rate)
+    known = np.isfinite(rate)
+    busy = busy[known[busy]]
     if busy.size < 2:
         return 0, n
     first, last = int(busy[0]), int(busy[-1])
-    gaps = np.diff(busy) - 1
-    inner = int(gaps.max()) if gaps.size else 0
+    # The longest run of known idle slots between the first and the last busy one.
+    idle = known[first : last + 1].copy()
+    idle[busy - first] = False
+    edges = np.flatnonzero(np.diff(np.concatenate(([0], idle.astype(np.int8), [0]))))
+    inner = int((edges[1::2] - edges[0::2]).max()) if edges.size else 0
     keep = max(1, inner)
-    head, tail = first, n - 1 - last
+    head, tail = int(known[:first].sum()), int(known[last + 1 :].sum())  # known idle only
     i0 = first - keep if head > max(2 * inner, 8) else 0
     i1 = last + 1 + keep if tail > max(2 * inner, 8) else n
     return i0, i1
 
 
-_DIRECTION_WORDS = {"tx": "tx", "xmit": "tx", "transmit": "tx", "rx": "rx", "rcv": "rx",
-                    "receive": "rx"}  # fmt: skip
+_DIRECTION_WORDS = {"tx": "tx", "xmit": "tx", "transmit": "tx", "transmitted": "tx",
+                    "sent": "tx", "send": "tx", "out": "tx", "egress": "tx",
+                    "rx": "rx", "rcv": "rx", "receive": "rx", "received": "rx", "recv": "rx",
+                    "in": "rx", "ingress": "rx"}  # fmt: skip
+
+
+def column_words(name: str) -> list[str]:
+    """A column name's words, lower case (``ifHCOutOctets``: if, hc, out, octets).
+
+    Split at non-alphanumerics and at camelCase humps, as other tools name their counters.
+    """
+    spaced = re.sub(r"([A-Z]+)([A-Z][a-z])", r"\1_\2", name)
+    spaced = re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", spaced)
+    return [w for w in re.split(r"[^a-z0-9]+", spaced.lower()) if w]
 
 
 @functools.lru_cache(maxsize=4096)
@@ -164,10 +185,11 @@ def column_direction(name: str) -> Direction:
     The counters-CSV contract says a column containing ``tx`` is transmit and ``rx`` receive.
     The *last* direction word wins, so a device named after one (``rxe0_tx_bytes``, soft-RoCE)
     keeps the direction of its suffix; InfiniBand's own names (``port_xmit_data``,
-    ``port_rcv_data``) are accepted. Anything else is ``total`` (used only when no tx/rx
-    column exists).
+    ``port_rcv_data``) are accepted, and so are other tools' words for the two: psutil's
+    ``bytes_sent``/``bytes_recv``, SNMP's ``ifHCOutOctets``/``ifHCInOctets``, ``egress`` and
+    ``ingress``. Anything else is ``total`` (used only when no tx/rx column exists).
     """
-    words = [w for w in re.split(r"[^a-z0-9]+", name.lower()) if w]
+    words = column_words(name)
     for word in reversed(words):
         if word in _DIRECTION_WORDS:
             return _DIRECTION_WORDS[word]
@@ -427,8 +449,13 @@ def direction_grids(
     present: Mapping[str, npt.NDArray[np.bool_]] | None = None,
     dt: float | None = None,
     bits: int | None = None,
+    scale: Mapping[str, float] | None = None,
 ) -> dict[Direction, GridSeries]:
-    """Per-direction rate grids from raw cumulative counter columns (the offline path)."""
+    """Per-direction rate grids from raw cumulative counter columns (the offline path).
+
+    ``scale`` turns a column's units into bytes (InfiniBand's data counters count 4-byte
+    words); it applies to the deltas, after wraps and resets are read in the counter's units.
+    """
     names = list(columns)
     if dt is None:
         dt = nominal_interval(times)
@@ -440,6 +467,8 @@ def direction_grids(
             name = names[i]
             mask = present.get(name) if present is not None else None
             d, r, w = _column_on_base(times, columns[name], mask, bits)
+            if scale is not None and name in scale:
+                d = d * scale[name]
             total += d  # NaN in any column makes the interval unknown for the direction
             resets += r
             wraps += w

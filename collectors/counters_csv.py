@@ -4,13 +4,25 @@ Contract (DESIGN.md): ``time`` in seconds, any origin; every other column a cumu
 counter exactly as the OS reported it; ``tx`` in a name means transmit, ``rx`` receive. This is
 what ``commpulse record`` writes and what ``commpulse simulate`` produces. An empty cell means
 the counter could not be read at that poll (a gap), never zero.
+
+Recordings also come from other tools, hand edits and spreadsheets, and a bad row must not
+cost the rest of an hour-long file: a cell that is not a counter (``N/A``, ``nan``, ``-``, a
+negative number) is a gap; a row that cannot be read (a wrong number of fields, a time that is
+no number, a time before the last one: an NTP step back, a header repeated by an appending
+recorder) is left out; an unfinished last line (a file still being written) is left out. Each
+kind is counted in :attr:`CounterTable.warnings`, with its first line. A file with fewer than
+two readable rows is an error naming the first problem. The time column may also be called
+``time_s`` or ``timestamp`` (seconds), ``time_ms``, ``time_us`` or ``time_ns``; ISO 8601 times
+are read too; and epoch times in milliseconds, microseconds or nanoseconds under ``time`` are
+recognised by their size (a warning says so).
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -23,6 +35,15 @@ __all__ = ["CounterTable", "parse_counters_csv", "read_counters_csv"]
 
 _MAX_COUNTER = 2**64 - 1
 
+#: Names of the time column, and the seconds in one of its units.
+_TIME_COLUMNS = {"time": 1.0, "time_s": 1.0, "timestamp": 1.0, "time_ms": 1e-3,
+                 "time_us": 1e-6, "time_ns": 1e-9}  # fmt: skip
+#: Cells that say "no value" (lower case), read as a gap like an empty cell.
+_MISSING = frozenset({"", "nan", "na", "n/a", "[n/a]", "null", "none", "-", "?"})
+#: Epoch times under ``time`` above these are in ms, µs, ns (seconds reach 1e11 in 5138).
+_EPOCH_UNITS = ((1e17, 1e-9, "nanoseconds"), (1e14, 1e-6, "microseconds"),
+                (1e11, 1e-3, "milliseconds"))  # fmt: skip
+
 
 @dataclass(frozen=True)
 class CounterTable:
@@ -31,6 +52,8 @@ class CounterTable:
     times: npt.NDArray[np.float64]
     columns: dict[str, npt.NDArray[np.uint64]]
     present: dict[str, npt.NDArray[np.bool_]]
+    #: What was left out or reinterpreted, one line per kind (empty for a clean file).
+    warnings: tuple[str, ...] = field(default=())
 
 
 def _parse_counter(cell: str) -> int:
@@ -38,7 +61,10 @@ def _parse_counter(cell: str) -> int:
     try:
         value = int(cell)
     except ValueError:
-        f = float(cell)
+        try:
+            f = float(cell)
+        except ValueError:
+            raise ValueError(f"{cell!r} is not a number") from None
         if not math.isfinite(f):
             raise ValueError(f"{cell!r} is not a finite number") from None
         value = round(f)
@@ -47,26 +73,54 @@ def _parse_counter(cell: str) -> int:
     return value
 
 
-def parse_counters_csv(lines: Iterable[str], *, path: Path | str = "<counters>") -> CounterTable:
-    """Parse counters-CSV text (no I/O). Raises :class:`InputFormatError` with the line number.
+def _parse_time(cell: str) -> float:
+    """Seconds from a number, or from an ISO 8601 time (naive ones taken as UTC)."""
+    try:
+        return float(cell)
+    except ValueError:
+        pass
+    try:
+        stamp = dt.datetime.fromisoformat(cell)
+    except ValueError:
+        raise ValueError(f"time {cell!r} is not a number") from None
+    if stamp.tzinfo is None:
+        stamp = stamp.replace(tzinfo=dt.UTC)
+    return stamp.timestamp()
 
-    Rows must be in time order; rows with a time equal to the previous one are dropped (a
-    duplicated poll carries no interval).
-    """
-    it = iter(lines)
-    header: list[str] | None = None
-    lineno = 0
-    for raw in it:
-        lineno += 1
-        text = raw.strip()
-        if text and not text.startswith("#"):
-            header = [h.strip() for h in text.split(",")]
-            break
-    if header is None:
-        raise InputFormatError(path, "empty file: expected a header 'time,<counter>,...'")
-    if header[0] != "time":
+
+class _Skipped:
+    """Rows or cells of one kind that were left out: how many, and the first one."""
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+        self.count = 0
+        self.first: tuple[int, str] | None = None
+
+    def add(self, lineno: int, why: str) -> None:
+        self.count += 1
+        if self.first is None:
+            self.first = (lineno, why)
+
+    def note(self) -> str | None:
+        if self.first is None:
+            return None
+        line, why = self.first
+        return f"{self.count} {self.what} (first at line {line}: {why})"
+
+
+def _header(text: str, lineno: int, path: Path | str) -> tuple[list[str], float, bool]:
+    """(column names, seconds per time unit, whether rows end in an empty field)."""
+    header = [h.strip().strip('"').strip("'").strip() for h in text.split(",")]
+    trailing = len(header) > 2 and header[-1] == ""  # "time,a,b," from a spreadsheet
+    if trailing:
+        header.pop()
+    unit = _TIME_COLUMNS.get(header[0].lower())
+    if unit is None:
         raise InputFormatError(
-            path, f"the first column must be 'time', found {header[0]!r}", line=lineno
+            path,
+            f"the first column must be 'time' (seconds; or time_ms, time_us, time_ns), found "
+            f"{header[0]!r}",
+            line=lineno,
         )
     names = header[1:]
     if not names or any(not n for n in names):
@@ -75,57 +129,121 @@ def parse_counters_csv(lines: Iterable[str], *, path: Path | str = "<counters>")
         )
     if len(set(names)) != len(names):
         raise InputFormatError(path, "duplicate column names in the header", line=lineno)
-    times: list[float] = []
-    cols: list[list[int]] = [[] for _ in names]
-    present: list[list[bool]] = [[] for _ in names]
-    last_t = -math.inf
+    return header, unit, trailing
+
+
+def parse_counters_csv(lines: Iterable[str], *, path: Path | str = "<counters>") -> CounterTable:
+    """Parse counters-CSV text (no I/O). Raises :class:`InputFormatError` with the line number.
+
+    Rows must be in time order; rows with a time equal to the previous one are dropped (a
+    duplicated poll carries no interval). What else is left out or read as a gap: see the
+    module docstring.
+    """
+    it = iter(lines)
+    header: list[str] | None = None
+    lineno = 0
     for raw in it:
         lineno += 1
         text = raw.strip()
+        if text and not text.startswith("#"):
+            header, unit, trailing = _header(text, lineno, path)
+            break
+    if header is None:
+        raise InputFormatError(path, "empty file: expected a header 'time,<counter>,...'")
+    names = header[1:]
+    width = len(header) + trailing
+    times: list[float] = []
+    cols: list[list[int]] = [[] for _ in names]
+    present: list[list[bool]] = [[] for _ in names]
+    bad_rows = _Skipped("row(s) could not be read and were left out")
+    back = _Skipped("row(s) went back in time (a clock step?) and were left out")
+    bad_cells = _Skipped("cell(s) held no counter and were read as gaps")
+    cut = _Skipped("unfinished last line (the file was still being written?) left out")
+    last_t = -math.inf
+    pending: tuple[int, str] | None = None  # held back one line: the last may be unfinished
+
+    def row(number: int, raw: str, final: bool) -> None:
+        nonlocal last_t
+        text = raw.strip()
         if not text or text.startswith("#"):
-            continue
+            return
+        unfinished = final and not raw.endswith(("\n", "\r"))
         cells = text.split(",")
-        if len(cells) != len(header):
-            raise InputFormatError(
-                path,
-                f"expected {len(header)} fields as in the header, found {len(cells)}",
-                line=lineno,
-            )
+        if cells[0].strip().strip('"').lower() == header[0].lower():
+            return  # the header again: a recorder that appends to its file
+        if len(cells) != width:
+            if unfinished and len(cells) < width:
+                cut.add(number, f"{len(cells)} of {width} fields")
+            else:
+                bad_rows.add(number, f"expected {width} fields as in the header, found "
+                             f"{len(cells)}")  # fmt: skip
+            return
         try:
-            t = float(cells[0])
-        except ValueError:
-            raise InputFormatError(
-                path, f"time {cells[0]!r} is not a number", line=lineno
-            ) from None
+            t = _parse_time(cells[0].strip()) * unit
+        except ValueError as exc:
+            bad_rows.add(number, str(exc))
+            return
         if not math.isfinite(t):
-            raise InputFormatError(path, f"time {cells[0]!r} is not finite", line=lineno)
+            bad_rows.add(number, f"time {cells[0]!r} is not finite")
+            return
         if t < last_t:
-            raise InputFormatError(
-                path,
-                f"time goes backwards ({t} after {last_t}); rows must be in time order",
-                line=lineno,
-            )
+            back.add(number, f"{t} after {last_t}")
+            return
         if t == last_t:
-            continue
-        last_t = t
-        times.append(t)
-        for j, raw_cell in enumerate(cells[1:]):
+            return
+        values: list[int | None] = []
+        for j, raw_cell in enumerate(cells[1 : len(header)]):
             cell = raw_cell.strip()
-            if not cell:
-                cols[j].append(0)
-                present[j].append(False)
+            if cell.lower() in _MISSING:
+                values.append(None)
                 continue
             try:
-                cols[j].append(_parse_counter(cell))
+                values.append(_parse_counter(cell))
             except ValueError as exc:
-                raise InputFormatError(path, f"column {names[j]!r}: {exc}", line=lineno) from None
-            present[j].append(True)
+                bad_cells.add(number, f"column {names[j]!r}: {exc}")
+                values.append(None)
+        if unfinished and any(
+            v is not None and present[j] and present[j][-1] and v < cols[j][-1]
+            for j, v in enumerate(values)
+        ):
+            cut.add(number, "a counter below the row before it: a number cut short")
+            return
+        last_t = t
+        times.append(t)
+        for j, v in enumerate(values):
+            cols[j].append(0 if v is None else v)
+            present[j].append(v is not None)
+
+    for raw in it:
+        lineno += 1
+        if pending is not None:
+            row(*pending, final=False)
+        pending = (lineno, raw)
+    if pending is not None:
+        row(*pending, final=True)
     if len(times) < 2:
+        first = next((k.first for k in (bad_rows, back, bad_cells, cut) if k.first), None)
+        if first is not None:
+            raise InputFormatError(
+                path, f"need at least two readable data rows; {first[1]}", line=first[0]
+            )
         raise InputFormatError(path, "need at least two data rows to compute a rate")
+    warnings = [n for k in (bad_rows, back, bad_cells, cut) if (n := k.note()) is not None]
+    t_arr = np.asarray(times, dtype=np.float64)
+    if unit == 1.0 and header[0].lower() == "time":
+        for above, scale, name in _EPOCH_UNITS:
+            if float(np.median(t_arr)) > above:
+                t_arr = t_arr * scale
+                warnings.append(f"the time column holds epoch {name}: read as such")
+                break
+    for j, name in enumerate(names):
+        if present[j] and not any(present[j]):
+            warnings.append(f"column {name!r} holds no counter value at all")
     return CounterTable(
-        times=np.asarray(times, dtype=np.float64),
+        times=t_arr,
         columns={n: np.asarray(c, dtype=np.uint64) for n, c in zip(names, cols, strict=True)},
         present={n: np.asarray(p, dtype=np.bool_) for n, p in zip(names, present, strict=True)},
+        warnings=tuple(warnings),
     )
 
 

@@ -161,3 +161,122 @@ def test_real_inference_traffic_has_no_period_and_no_change() -> None:
     assert est.period_s is None
     assert est.regime == "inference"
     assert not any("step time changed" in w for w in est.warnings)
+
+
+@pytest.mark.parametrize("name", ["fsdp-gloo-steady", "pp-gloo-1f1b", "tp-gloo-layers"])
+@pytest.mark.parametrize("row", [0, -1])
+def test_an_unread_cell_at_either_end_does_not_move_t(tmp_path: Path, name: str, row: int) -> None:
+    """``commpulse record`` leaves a cell empty when a device is not read at a poll. At the
+    first or last row, it made the idle before or after the job count as traffic: FSDP's
+    1.33 s step read as its 0.11 s layer spacing, a 1F1B stage's 0.76 s as 0.09 s."""
+    t, c, step = _recording(name)
+    rows = ["time,vetha_rx_bytes,vetha_tx_bytes"]
+    rows += [f"{a:.6f},{b[0]},{b[1]}" for a, b in zip(t, c, strict=True)]
+    k = len(rows) - 1 if row == -1 else 1
+    rows[k] = rows[k].split(",")[0] + ",," + rows[k].split(",")[2]
+    path = tmp_path / "edge.csv"
+    path.write_text("\n".join(rows) + "\n")
+    est = analyze_files(counters=[path]).estimate
+    assert est.period_s == pytest.approx(step, rel=0.03)
+
+
+def test_a_hole_without_reads_is_not_read_as_traffic(tmp_path: Path) -> None:
+    """A recorder that stopped for a minute: the hole, read as the mean rate, hid the period
+    (no T, regime inference). The parts around it are one job, and the bigger one shows."""
+    t, c, step = _recording("fsdp-gloo-steady")
+    half = t.size // 3
+    rows = ["time,vetha_rx_bytes,vetha_tx_bytes"]
+    rows += [f"{a:.6f},{b[0]},{b[1]}" for a, b in zip(t[:half], c[:half], strict=True)]
+    rows += [f"{a + 60:.6f},{b[0]},{b[1]}" for a, b in zip(t[half:], c[half:], strict=True)]
+    path = tmp_path / "hole.csv"
+    path.write_text("\n".join(rows) + "\n")
+    est = analyze_files(counters=[path]).estimate
+    assert est.period_s == pytest.approx(step, rel=0.03)
+    assert est.regime == "finetune"
+    assert any("no reads" in w for w in est.warnings)
+
+
+def test_rows_the_parser_left_out_are_named_in_the_warnings(tmp_path: Path) -> None:
+    t, c, step = _recording("ddp-gloo-commbound")
+    rows = ["time,vetha_rx_bytes,vetha_tx_bytes"]
+    rows += [f"{a:.6f},{b[0]},{b[1]}" for a, b in zip(t, c, strict=True)]
+    rows[500] = rows[500].split(",")[0] + ",N/A,garbage"
+    rows.insert(900, rows[800])  # a clock step back
+    path = tmp_path / "messy.csv"
+    path.write_text("\n".join(rows) + "\n")
+    est = analyze_files(counters=[path]).estimate
+    assert est.period_s == pytest.approx(step, rel=0.03)
+    notes = [w for w in est.warnings if w.startswith(str(path))]
+    assert any("went back in time" in w and "line 901" in w for w in notes)
+    assert any("1 cell(s) held no counter" in w and "line 501" in w for w in notes)
+
+
+def _renamed(path: Path, names: tuple[str, str], scale: float = 1.0, extra: str = "") -> None:
+    """ddp-gloo-commbound with its two columns renamed (and their values scaled), plus
+    ``extra``: a column name whose values are those of the first column, doubled."""
+    t, c, _ = _recording("ddp-gloo-commbound")
+    header = ",".join(("time", *names, *([extra] if extra else [])))
+    rows = [
+        ",".join(
+            (f"{a:.6f}", *(str(round(v * scale)) for v in b), *([str(2 * b[0])] if extra else []))
+        )
+        for a, b in zip(t, c, strict=True)
+    ]
+    path.write_text(header + "\n" + "\n".join(rows) + "\n")
+
+
+@pytest.mark.parametrize(
+    ("names", "scale", "extra", "note"),
+    [
+        (("vetha_rx_bytes", "vetha_tx_bytes"), 1.0, "", None),
+        (("bytes_recv", "bytes_sent"), 1.0, "", None),  # psutil
+        (("ifHCInOctets", "ifHCOutOctets"), 1.0, "", None),  # SNMP
+        (("eth0_ingress", "eth0_egress"), 1.0, "", None),
+        (("mlx5_0_port_rcv_data", "mlx5_0_port_xmit_data"), 0.25, "", "4-byte words"),
+        (("eth0_rx_bits", "eth0_tx_bits"), 8.0, "", "bit counters"),
+        (("vetha_rx_bytes", "vetha_tx_bytes"), 1.0, "vetha_rx_packets", "count no bytes"),
+        (("vetha_rx_bytes", "vetha_tx_bytes"), 1.0, "mlx5_0_port_xmit_wait", "count no bytes"),
+        (("vetha_rx_bytes", "vetha_tx_bytes"), 1.0, "lo_rx_bytes", "loopback"),
+        (("vetha_rx_bytes", "vetha_tx_bytes"), 1.0, "eth0_bytes", "neither tx nor rx"),
+    ],
+)
+def test_columns_of_other_tools_give_the_same_b(
+    tmp_path: Path, names: tuple[str, str], scale: float, extra: str, note: str | None
+) -> None:
+    """Recordings made by other tools name and count their columns their own way: B must not
+    double (both directions summed as one), quarter (InfiniBand's 4-byte words), or swallow
+    packet counts, the loopback interface or an undirected total."""
+    base = tmp_path / "base.csv"
+    _renamed(base, ("vetha_rx_bytes", "vetha_tx_bytes"))
+    want = analyze_files(counters=[base]).estimate
+    path = tmp_path / "other.csv"
+    _renamed(path, names, scale, extra)
+    est = analyze_files(counters=[path]).estimate
+    assert want.burst_bandwidth is not None
+    assert est.burst_bandwidth is not None
+    assert est.burst_bandwidth == pytest.approx(want.burst_bandwidth, rel=0.01)
+    assert est.period_s == pytest.approx(want.period_s, rel=0.01)
+    if note is not None:
+        assert any(note in w and str(path) in w for w in est.warnings)
+
+
+def test_time_in_milliseconds_under_time_is_said(tmp_path: Path) -> None:
+    t, c, _ = _recording("ddp-gloo-commbound")
+    path = tmp_path / "ms.csv"
+    rows = [f"{1000 * a:.3f},{b[0]},{b[1]}" for a, b in zip(t, c, strict=True)]
+    path.write_text("time,vetha_rx_bytes,vetha_tx_bytes\n" + "\n".join(rows) + "\n")
+    est = analyze_files(counters=[path]).estimate
+    assert any("read every 10 s" in w and "time_ms" in w for w in est.warnings)
+    path.write_text("time_ms,vetha_rx_bytes,vetha_tx_bytes\n" + "\n".join(rows) + "\n")
+    _, _, step = _recording("ddp-gloo-commbound")
+    assert analyze_files(counters=[path]).estimate.period_s == pytest.approx(step, rel=0.03)
+
+
+def test_rates_written_as_counters_are_said(tmp_path: Path) -> None:
+    t, c, _ = _recording("ddp-gloo-commbound")
+    d = np.diff(c, axis=0)
+    path = tmp_path / "rates.csv"
+    rows = [f"{a:.6f},{b[0]},{b[1]}" for a, b in zip(t[1:], d, strict=True)]
+    path.write_text("time,vetha_rx_bytes,vetha_tx_bytes\n" + "\n".join(rows) + "\n")
+    est = analyze_files(counters=[path]).estimate
+    assert any("not the cumulative counters" in w for w in est.warnings)

@@ -69,9 +69,17 @@ def test_analyze_malformed_counters_names_file_and_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     bad = tmp_path / "c.csv"
-    bad.write_text("time,x_tx_bytes\n0,1\n0.01,2\n0.02,banana\n")
+    bad.write_text("time,x_tx_bytes\n0,1\nbanana,2\n")  # one readable row: nothing to rate
     assert main(["analyze", "--counters", str(bad)]) == 1
-    assert f"{bad}:4:" in capsys.readouterr().err
+    assert f"{bad}:3:" in capsys.readouterr().err
+    # A bad cell among readable rows costs that cell only, and the output says where it was.
+    messy = tmp_path / "m.csv"
+    rows = [f"{i / 100:.2f},{1000 * i}" for i in range(300)]
+    rows[100] = "1.00,banana"
+    messy.write_text("time,x_tx_bytes\n" + "\n".join(rows) + "\n")
+    assert main(["analyze", "--counters", str(messy), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert any(w.startswith(f"{messy}: 1 cell(s)") and "line 102" in w for w in out["warnings"])
 
 
 def test_analyze_malformed_gpu_csv_names_file_and_line(

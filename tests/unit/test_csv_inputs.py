@@ -42,12 +42,11 @@ def test_counters_csv_skips_comments_and_duplicate_times() -> None:
     ("lines", "line", "fragment"),
     [
         (["t,x"], 1, "first column must be 'time'"),
+        (["time,a,a", "0,1,1"], 1, "duplicate"),
+        # nothing readable at all: the first problem is named
         (["time,x_tx_bytes", "0,1", "1,2,3"], 3, "expected 2 fields"),
         (["time,x_tx_bytes", "0,1", "abc,2"], 3, "not a number"),
-        (["time,x_tx_bytes", "0,1", "1,-5"], 3, "outside the range"),
-        (["time,x_tx_bytes", "0,1", "1,12abc"], 3, "x_tx_bytes"),
-        (["time,x_tx_bytes", "5,1", "4,2"], 3, "backwards"),
-        (["time,a,a", "0,1,1"], 1, "duplicate"),
+        (["time,x_tx_bytes", "5,1", "4,2"], 3, "4.0 after 5.0"),
     ],
 )
 def test_counters_csv_errors_name_the_line(lines: list[str], line: int, fragment: str) -> None:
@@ -56,6 +55,76 @@ def test_counters_csv_errors_name_the_line(lines: list[str], line: int, fragment
     assert err.value.line == line
     assert fragment in str(err.value)
     assert str(err.value).startswith(f"c.csv:{line}:")
+
+
+def test_counters_csv_bad_rows_and_cells_cost_only_themselves() -> None:
+    """An hour-long recording with one bad row is read, and the user told what was lost."""
+    lines = ["time,x_tx_bytes", "0,0", "1,100", "2,200", "3,300", "3.5,1,2", "x,5", "2.5,7",
+             "4,N/A", "4.5,-5", "5,12abc", "6,600", "7,700"]  # fmt: skip
+    t = parse_counters_csv([ln + "\n" for ln in lines])
+    assert t.times.tolist() == [0, 1, 2, 3, 4, 4.5, 5, 6, 7]
+    present = t.present["x_tx_bytes"]
+    assert present.tolist() == [True] * 4 + [False] * 3 + [True] * 2
+    assert t.columns["x_tx_bytes"][present].tolist() == [0, 100, 200, 300, 600, 700]
+    notes = " | ".join(t.warnings)
+    assert "2 row(s) could not be read" in notes
+    assert "line 6" in notes
+    assert "1 row(s) went back in time" in notes
+    assert "line 8" in notes
+    assert "2 cell(s) held no counter" in notes  # -5 and 12abc; N/A is a plain gap
+    assert "line 10" in notes
+    assert "outside the range" in notes
+
+
+def test_counters_csv_a_clean_file_has_no_warnings() -> None:
+    t = parse_counters_csv(["time,x_tx_bytes\n", "0,1\n", "1,,\n".replace(",,", ","), "2,3"])
+    assert t.warnings == ()
+    assert t.times.tolist() == [0.0, 1.0, 2.0]  # no final newline, but nothing cut short
+
+
+def test_counters_csv_unfinished_last_line_is_left_out() -> None:
+    """A recording still being written: its last number may be cut short (not a reset)."""
+    head = ["time,a_tx_bytes,b_rx_bytes\n", "0,1000,2000\n", "1,1500,2600\n"]
+    short = parse_counters_csv([*head, "2,17"])  # fields missing
+    cut = parse_counters_csv([*head, "2,1700,26"])  # 2600 cut to 26: would read as a reset
+    whole = parse_counters_csv([*head, "2,1700,2700"])
+    assert short.times.tolist() == cut.times.tolist() == [0.0, 1.0]
+    assert all("unfinished last line" in w for w in (*short.warnings, *cut.warnings))
+    assert whole.times.tolist() == [0.0, 1.0, 2.0]
+    assert whole.warnings == ()
+
+
+def test_counters_csv_repeated_header_and_trailing_commas_are_read() -> None:
+    t = parse_counters_csv(
+        ['"time","x_tx_bytes",\n', "0,1,\n", "1,2,\n", "time,x_tx_bytes,\n", "2,3,\n"]
+    )
+    assert t.times.tolist() == [0.0, 1.0, 2.0]
+    assert t.columns["x_tx_bytes"].tolist() == [1, 2, 3]
+    assert t.warnings == ()
+
+
+@pytest.mark.parametrize(
+    ("header", "stamps", "warned"),
+    [
+        ("time_ms", ["0", "10", "20"], False),
+        ("time_us", ["0", "10000", "20000"], False),
+        ("time_ns", ["0", "10000000", "20000000"], False),
+        ("time", ["1700000000000", "1700000000010", "1700000000020"], True),  # epoch ms
+        ("time", ["1700000000000000", "1700000000010000", "1700000000020000"], True),  # µs
+        ("time", ["1.7e18", "1.70000000001e18", "1.70000000002e18"], True),  # ns
+    ],
+)
+def test_counters_csv_time_units(header: str, stamps: list[str], warned: bool) -> None:
+    t = parse_counters_csv([f"{header},x_tx_bytes", *(f"{s},{i}" for i, s in enumerate(stamps))])
+    assert np.diff(t.times) == pytest.approx([0.01, 0.01], rel=1e-4)  # float64 at 1.7e18 ns
+    assert any("epoch" in w for w in t.warnings) == warned
+
+
+def test_counters_csv_iso_times() -> None:
+    t = parse_counters_csv(
+        ["time,x_tx_bytes", "2025-01-01T00:00:08.000000,1", "2025-01-01T00:00:08.010000,2"]
+    )
+    assert t.times[1] - t.times[0] == pytest.approx(0.01, abs=1e-6)  # float64 at epoch
 
 
 def test_counters_csv_needs_two_rows() -> None:

@@ -30,6 +30,7 @@ from agent.rates import (
     Direction,
     GridSeries,
     active_span,
+    at_refresh_interval,
     busy_slots,
     column_direction,
     column_words,
@@ -112,6 +113,7 @@ def _combine_grids(parts: list[dict[Direction, GridSeries]]) -> dict[Direction, 
             valid=valid,
             resets=sum(s.resets for s in series),
             wraps=sum(s.wraps for s in series),
+            refresh_s=max((s.refresh_s or 0.0 for s in series), default=0.0) or None,
         )
     return out
 
@@ -216,7 +218,8 @@ def _counters(paths: Sequence[Path]) -> tuple[dict[Direction, GridSeries], float
             f"under {dt:.3g} s cannot be seen (if the time column is in milliseconds or "
             "microseconds, name it time_ms or time_us)"
         )
-    return _combine_grids(grids), dt, notes
+    combined = at_refresh_interval(_combine_grids(grids))
+    return combined, max(dt, _dt(combined)), notes
 
 
 def _gpu(paths: Sequence[Path]) -> GpuSamples:

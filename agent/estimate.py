@@ -652,6 +652,18 @@ def _step_bytes(mix: CollectiveMix | None, period: float | None) -> float | None
     return total / mix.processes / steps if total > 0 else None
 
 
+def refresh_note(refresh_s: float) -> str:
+    """What a counter that changes only every ``refresh_s`` seconds leaves unmeasured."""
+    r = f"{refresh_s:.3g}"
+    return (
+        f"the counters change only every {r} s (a driver that refreshes its statistics on a "
+        f"timer, or traffic in bursts much shorter than one poll, once every {r} s): the "
+        f"series is read in {r} s steps, so periods under {2 * refresh_s:.3g} s cannot be "
+        f"seen and bursts under {3 * refresh_s:.3g} s are not resolved; RDMA port counters "
+        "or a packet capture see finer"
+    )
+
+
 def estimate(
     inputs: EstimateInputs,
     *,
@@ -683,6 +695,8 @@ def estimate(
             inputs, chosen, cfg, idle_bytes_per_s, warnings
         )
         period_source = inputs.network_source
+        if full_grid.refresh_s is not None:
+            warnings.append(refresh_note(full_grid.refresh_s))
         grid = whole_periods(full_grid, period)
         steps = steps_grid = without_pauses(grid, period)
         bursts = burst_stats(steps.rate, steps.dt, period.period_s, polls=steps.polls, t0=steps.t0)

@@ -70,7 +70,9 @@ class GridSeries:
     ``rate[i]`` is the mean rate (bytes/s) over ``[t0 + i*dt, t0 + (i+1)*dt)``; ``valid[i]`` is
     False where the slot overlaps a counter reset, a long gap or the region before the first
     read. ``resets`` and ``wraps`` count what the delta step found. ``polls`` are the reads
-    the grid was resampled from, when it came from counters.
+    the grid was resampled from, when it came from counters. ``refresh_s`` is the interval at
+    which the counters changed when that was longer than the poll (a driver that refreshes
+    its statistics on a timer, see :func:`refresh_cadence`): detail finer than it is not real.
     """
 
     t0: float
@@ -80,6 +82,7 @@ class GridSeries:
     resets: int = 0
     wraps: int = 0
     polls: PollIntervals | None = field(default=None, repr=False, compare=False)
+    refresh_s: float | None = None
 
     @property
     def times(self) -> FloatArray:
@@ -109,6 +112,7 @@ class GridSeries:
             resets=self.resets,
             wraps=self.wraps,
             polls=self.polls,
+            refresh_s=self.refresh_s,
         )
 
 
@@ -280,9 +284,56 @@ def nominal_interval(times: FloatArray) -> float:
 MAX_STALE_RUN = 20
 #: Fraction of exact-zero deltas during traffic above which a counter is taken as chunky.
 CHUNKY_ZERO_FRACTION = 0.2
+#: A counter changes on a refresh timer when at least this share of its changes stand alone
+#: between two unchanged reads (real traffic, even in bursts shorter than one poll, straddles
+#: a read now and then: a burst of length d does so in about d/dt of its steps) ...
+REFRESH_ISOLATED = 0.97
+#: ... at least this many times ...
+REFRESH_MIN_STEPS = 10
+#: ... and this share of the spacings between changes are whole multiples of the shortest
+#: common one (within a tenth of it or one read: poll jitter), a quarter of them that one.
+REFRESH_REGULAR = 0.9
+#: Refresh intervals shorter than this many reads are left to :func:`stale_reads`' chunky
+#: rule: with a tolerance of one read, nearly any spacing is a multiple of 3, 4 or 5.
+REFRESH_MIN_READS = 6
 
 
-def stale_reads(deltas: FloatArray) -> BoolArray:
+def refresh_cadence(deltas: FloatArray) -> int | None:
+    """Reads per counter refresh, when the counter changes only on a timer slower than the poll.
+
+    Some drivers fold their statistics into the counters on a timer (bnxt_en's statistics DMA
+    every second by default; others every few hundred milliseconds): polled at 100 Hz, such a
+    counter stays flat for a hundred reads and then jumps by a second's bytes, whatever the
+    traffic did within that second. The sign is a counter whose changes are almost all
+    isolated and regularly spaced (silences skip whole refresh intervals). None when the
+    changes do not look like that (ordinary traffic, or a refresh every read or two).
+    """
+    finite = np.isfinite(deltas)
+    positive = finite & (np.where(finite, deltas, 0.0) > 0)
+    where = np.flatnonzero(positive)
+    if where.size < REFRESH_MIN_STEPS:
+        return None
+    before = np.r_[False, positive[:-1]]
+    after = np.r_[positive[1:], False]
+    isolated = positive & ~before & ~after
+    if float(isolated[where].mean()) < REFRESH_ISOLATED:
+        return None
+    gaps = np.diff(where).astype(np.float64)
+    # The refresh interval is the shortest common spacing (traffic in bursts skips some).
+    shortest = float(np.percentile(gaps, 10))
+    step = float(np.median(gaps[gaps <= 1.5 * shortest]))
+    if step < REFRESH_MIN_READS:
+        return None
+    tolerance = max(1.0, 0.1 * step)
+    multiple = np.maximum(np.round(gaps / step), 1.0)
+    regular = np.abs(gaps - multiple * step) <= tolerance
+    one = np.abs(gaps - step) <= tolerance
+    if float(regular.mean()) < REFRESH_REGULAR or float(one.mean()) < 0.25:
+        return None
+    return round(float(np.median(gaps[one])))
+
+
+def stale_reads(deltas: FloatArray, *, refresh: int | None = None) -> BoolArray:
     """Reads that repeated a counter the device had not updated yet (one flag per read).
 
     Some drivers refresh their counters every few milliseconds (or every few hundred), so a
@@ -293,6 +344,8 @@ def stale_reads(deltas: FloatArray) -> BoolArray:
     reads inside short zero runs are flagged, and before the first step after a silence as
     many reads as one refresh interval spans; dropping them spreads each step over the polls
     it really covers, exactly as a missed poll is spread. Other series are left alone.
+    ``refresh`` (reads per refresh, from :func:`refresh_cadence`) lifts the limit on how long
+    a run of stale reads can be and fixes the refresh interval.
     """
     n = deltas.size
     stale = np.zeros(n + 1, dtype=np.bool_)
@@ -300,29 +353,34 @@ def stale_reads(deltas: FloatArray) -> BoolArray:
         return stale
     finite = np.isfinite(deltas)
     clean = np.where(finite, deltas, 0.0)
-    local = boxcar(clean, 21)
-    busy = finite & (local > 0.05 * float(np.percentile(local, 99)))
-    if busy.sum() < 8:
-        return stale
     zero = finite & (clean == 0)
     positive = finite & (clean > 0)
-    if float(zero[busy].mean()) < CHUNKY_ZERO_FRACTION:
-        return stale
-    after_zero = clean[1:][positive[1:] & zero[:-1] & busy[1:]]
-    after_step = clean[1:][positive[1:] & positive[:-1] & busy[1:]]
-    if after_zero.size < 5:
-        return stale
-    if after_step.size >= 5 and np.median(after_zero) < 1.5 * np.median(after_step):
-        return stale  # steps after zeros are not bigger: genuine gaps, not stale reads
+    longest = MAX_STALE_RUN
+    if refresh is not None:
+        longest = max(longest, round(1.5 * refresh))
+    else:
+        local = boxcar(clean, 21)
+        busy = finite & (local > 0.05 * float(np.percentile(local, 99)))
+        if busy.sum() < 8:
+            return stale
+        if float(zero[busy].mean()) < CHUNKY_ZERO_FRACTION:
+            return stale
+        after_zero = clean[1:][positive[1:] & zero[:-1] & busy[1:]]
+        after_step = clean[1:][positive[1:] & positive[:-1] & busy[1:]]
+        if after_zero.size < 5:
+            return stale
+        if after_step.size >= 5 and np.median(after_zero) < 1.5 * np.median(after_step):
+            return stale  # steps after zeros are not bigger: genuine gaps, not stale reads
     edges = np.flatnonzero(np.diff(np.concatenate(([0], zero.astype(np.int8), [0]))))
     runs = [(int(a), int(b)) for a, b in zip(edges[0::2], edges[1::2], strict=True)]
-    short = [b - a for a, b in runs if a > 0 and b < n and b - a <= MAX_STALE_RUN
-             and positive[a - 1] and positive[b]]  # fmt: skip
-    refresh = round(float(np.median(short))) + 1 if short else 2
+    if refresh is None:
+        short = [b - a for a, b in runs if a > 0 and b < n and b - a <= longest
+                 and positive[a - 1] and positive[b]]  # fmt: skip
+        refresh = round(float(np.median(short))) + 1 if short else 2
     for a, b in runs:  # zero deltas a .. b-1: reads a+1 .. b repeated the value of read a
         if b >= n or not positive[b]:
             continue
-        if a > 0 and b - a <= MAX_STALE_RUN and positive[a - 1]:
+        if a > 0 and b - a <= longest and positive[a - 1]:
             stale[a + 1 : b + 1] = True
         else:  # a silence: the step after it covers at most one refresh interval
             stale[max(a + 1, b - refresh + 2) : b + 1] = True
@@ -354,7 +412,12 @@ def grid_from_cumulative(
         dt = nominal_interval(times)
     if t0 is None:
         t0 = float(times[0])
-    stale = stale_reads(deltas)
+    cadence = refresh_cadence(deltas)
+    poll = nominal_interval(times)
+    limit = MAX_SPREAD_INTERVALS * dt
+    if cadence is not None:
+        limit = max(limit, 1.5 * cadence * poll)  # a refresh interval is spread, not a gap
+    stale = stale_reads(deltas, refresh=cadence)
     if stale.any():
         keep = ~stale
         cum = np.concatenate(([0.0], np.cumsum(np.where(np.isfinite(deltas), deltas, 0.0))))
@@ -363,7 +426,7 @@ def grid_from_cumulative(
         deltas = np.diff(cum)
         deltas[np.diff(unknown) > 0] = np.nan
     spans = np.diff(times)
-    bad = ~np.isfinite(deltas) | (spans <= 0) | (spans > MAX_SPREAD_INTERVALS * dt)
+    bad = ~np.isfinite(deltas) | (spans <= 0) | (spans > limit)
     clean = np.where(bad, 0.0, deltas)
     cumulative = np.concatenate(([0.0], np.cumsum(clean)))
     n = int(np.floor((float(times[-1]) - t0) / dt + 1e-9))
@@ -379,7 +442,59 @@ def grid_from_cumulative(
     valid &= edges[:-1] >= float(times[0]) - 1e-9
     rate = np.where(valid, rate, np.nan)
     polls = PollIntervals(times, np.where(bad, np.nan, clean / np.where(bad, 1.0, spans)))
-    return GridSeries(t0=t0, dt=dt, rate=rate, valid=valid, resets=resets, wraps=wraps, polls=polls)
+    refresh_s = cadence * poll if cadence is not None else None
+    return GridSeries(
+        t0=t0,
+        dt=dt,
+        rate=rate,
+        valid=valid,
+        resets=resets,
+        wraps=wraps,
+        polls=polls,
+        refresh_s=refresh_s,
+    )
+
+
+def at_refresh_interval(grids: Mapping[Direction, GridSeries]) -> dict[Direction, GridSeries]:
+    """The grids in steps of their counters' refresh interval, when it is longer than two slots.
+
+    Inside a refresh interval the bytes were spread evenly (nobody saw when they flowed), so
+    slots finer than it would show made-up flat plateaus: the periodogram would lock on the
+    refresh cadence and the burst statistics would read a plateau as a burst. On the coarse
+    grid the estimator's own limits (Nyquist, bursts of three slots) apply to what was really
+    measured. Blocks start at a read that saw a refresh; one with an unknown slot is unknown.
+    """
+    refreshed = [g for g in grids.values() if g.refresh_s is not None and g.polls is not None]
+    if not refreshed:
+        return dict(grids)
+    source = max(refreshed, key=lambda g: g.refresh_s or 0.0)
+    refresh = source.refresh_s or 0.0
+    out: dict[Direction, GridSeries] = {}
+    for direction, g in grids.items():
+        k = round(refresh / g.dt)
+        if k < 2:
+            out[direction] = g
+            continue
+        reads = source.polls.times if source.polls is not None else np.array([g.t0])
+        first = round((float(reads[reads.size // 2]) - g.t0) / g.dt) % k
+        blocks = (g.rate.size - first) // k
+        if blocks < 1:
+            out[direction] = g
+            continue
+        cut = slice(first, first + blocks * k)
+        rate = g.rate[cut].reshape(blocks, k).mean(axis=1)  # NaN anywhere: the block is unknown
+        valid: BoolArray = np.asarray(g.valid[cut].reshape(blocks, k).all(axis=1), dtype=np.bool_)
+        out[direction] = GridSeries(
+            t0=g.t0 + first * g.dt,
+            dt=k * g.dt,
+            rate=np.where(valid, rate, np.nan),
+            valid=valid,
+            resets=g.resets,
+            wraps=g.wraps,
+            polls=g.polls,
+            refresh_s=refresh,
+        )
+    return out
 
 
 def spread_slots(grid: GridSeries, *, longer_than: float = 5.0) -> BoolArray | None:
@@ -481,8 +596,10 @@ __all__ += [
     "MAX_SPREAD_INTERVALS",
     "PollIntervals",
     "active_span",
+    "at_refresh_interval",
     "busy_slots",
     "direction_grids",
+    "refresh_cadence",
     "spread_slots",
     "stale_reads",
 ]

@@ -18,6 +18,7 @@ from agent.estimate import CollectiveMix, GpuSamples
 from agent.rates import (
     Direction,
     GridSeries,
+    at_refresh_interval,
     column_direction,
     counter_delta,
     grid_from_cumulative,
@@ -402,7 +403,7 @@ class CounterWindow:
                 out[d] = grid_from_cumulative(times, deltas, dt=dt)
             except ValueError:
                 continue
-        return out
+        return at_refresh_interval(out)
 
 
 class GpuWindow:

@@ -35,11 +35,12 @@ from agent.rates import (
     column_direction,
     column_words,
     direction_grids,
+    glitch_reads,
     nominal_interval,
 )
 from agent.regime_params import CallTable, arrivals_of, sharding_of, sparse_ops_of
 from collectors._base import CallKey
-from collectors.counters_csv import read_counters_csv
+from collectors.counters_csv import CounterTable, read_counters_csv
 from collectors.gpu_csv import read_gpu_csv
 from collectors.nccl_inspector import InspectorSummary, read_inspector_files
 from collectors.nccl_log import NcclLogSummary, read_nccl_logs, stamp_resolution
@@ -194,12 +195,18 @@ def _counters(paths: Sequence[Path]) -> tuple[dict[Direction, GridSeries], float
         notes += [f"{path}: {n}" for n in kept_notes]
         if not kept:
             raise InputFormatError(path, "no column counts bytes: " + "; ".join(kept_notes))
+        present, glitches = _without_glitches(table, kept)
+        if glitches:
+            notes.append(
+                f"{path}: {glitches} read(s) off their counter's trajectory (a 0 or a spike "
+                "between two reads that agree) were taken as missed polls"
+            )
         try:
             grids.append(
                 direction_grids(
                     table.times,
                     {n: table.columns[n] for n in kept},
-                    present=table.present,
+                    present=present,
                     dt=dt,
                     scale=scale,
                 )
@@ -220,6 +227,23 @@ def _counters(paths: Sequence[Path]) -> tuple[dict[Direction, GridSeries], float
         )
     combined = at_refresh_interval(_combine_grids(grids))
     return combined, max(dt, _dt(combined)), notes
+
+
+def _without_glitches(
+    table: CounterTable, names: Sequence[str]
+) -> tuple[dict[str, npt.NDArray[np.bool_]], int]:
+    """Each column's read mask without its :func:`glitch_reads`, and how many there were."""
+    present: dict[str, npt.NDArray[np.bool_]] = {}
+    count = 0
+    for name in names:
+        mask = table.present.get(name)
+        mask = np.ones(table.times.size, dtype=np.bool_) if mask is None else mask.copy()
+        read = np.flatnonzero(mask)
+        bad = read[glitch_reads(table.columns[name][read])]
+        mask[bad] = False
+        count += int(bad.size)
+        present[name] = mask
+    return present, count
 
 
 def _gpu(paths: Sequence[Path]) -> GpuSamples:

@@ -270,6 +270,23 @@ def counter_delta(prev: int, cur: int, *, bits: int = 64, largest: float = 0.0) 
     return None
 
 
+def glitch_reads(values: npt.NDArray[np.uint64]) -> BoolArray:
+    """Single reads off a counter's trajectory: a 0 or a spike between two reads that agree.
+
+    A counter that drops and then, one read later, is back at or above where it was before
+    the drop was not reset (a reset or a wrap starts counting again from near zero): that one
+    read was wrong (a tool that wrote 0 for a failed read, a corrupted cell). Read as a reset,
+    it lost an interval and then gave the next one the counter's whole value as bytes, a spike
+    that hid the period of the whole recording. Such reads are better treated as missed.
+    """
+    out = np.zeros(values.size, dtype=np.bool_)
+    if values.size < 3:
+        return out
+    before, read, after = values[:-2], values[1:-1], values[2:]
+    out[1:-1] = ((read < before) | (after < read)) & (before <= after)
+    return out
+
+
 def nominal_interval(times: FloatArray) -> float:
     """The poll interval the reads were meant to have: the median positive spacing."""
     steps = np.diff(times)
@@ -599,6 +616,7 @@ __all__ += [
     "at_refresh_interval",
     "busy_slots",
     "direction_grids",
+    "glitch_reads",
     "refresh_cadence",
     "spread_slots",
     "stale_reads",

@@ -183,6 +183,7 @@ class _ColumnState:
     bits: int
     direction: Direction  # parsed from the name once, not at every poll
     largest: float = 0.0
+    before_drop: int | None = None  # the value before a drop judged a reset, for one poll
 
 
 @dataclass(frozen=True)
@@ -220,6 +221,7 @@ class CounterWindow:
         self._layout: _Layout | None = None
         self.resets = 0
         self.wraps = 0
+        self.glitches = 0  # single wrong reads (a drop undone at the next poll)
 
     def add(self, reading: CounterReading) -> None:
         """Account one poll."""
@@ -257,9 +259,19 @@ class CounterWindow:
             delta: int | None = None
             if state.time_s == self._last_time:
                 delta = counter_delta(state.value, value, bits=state.bits, largest=state.largest)
+            drop, state.before_drop = state.before_drop, None
+            if drop is not None and delta is not None and value >= drop:
+                # Back above the value before the drop: that one read was wrong, not a reset
+                # (which would start again near 0). Both of its intervals are unknown; read as
+                # a reset, this one got the whole counter as bytes (a spike hiding T).
+                self.resets -= 1
+                self.glitches += 1
+                known[d] = False
+                delta = value - drop
             if delta is None:
                 if value < state.value:
                     self.resets += 1
+                    state.before_drop = state.value
                 known[d] = False
             else:
                 if value < state.value:
@@ -315,6 +327,8 @@ class CounterWindow:
         for state in states:
             if state.time_s != last or type(state.value) is not int:
                 return False  # not read at the previous poll (or not a counter)
+            if state.before_drop is not None:
+                return False  # a drop one poll ago: a reset or a wrong read, judged by add
             previous.append(state.value)
         if not times[0] > last or (n > 1 and not bool((times[1:] > times[:-1]).all())):
             return False

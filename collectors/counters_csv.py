@@ -189,8 +189,6 @@ def parse_counters_csv(lines: Iterable[str], *, path: Path | str = "<counters>")
         if t < last_t:
             back.add(number, f"{t} after {last_t}")
             return
-        if t == last_t:
-            return
         values: list[int | None] = []
         for j, raw_cell in enumerate(cells[1 : len(header)]):
             cell = raw_cell.strip()
@@ -221,7 +219,7 @@ def parse_counters_csv(lines: Iterable[str], *, path: Path | str = "<counters>")
         pending = (lineno, raw)
     if pending is not None:
         row(*pending, final=True)
-    if len(times) < 2:
+    if len(times) < 2 or times[0] == times[-1]:
         first = next((k.first for k in (bad_rows, back, bad_cells, cut) if k.first), None)
         if first is not None:
             raise InputFormatError(
@@ -236,15 +234,62 @@ def parse_counters_csv(lines: Iterable[str], *, path: Path | str = "<counters>")
                 t_arr = t_arr * scale
                 warnings.append(f"the time column holds epoch {name}: read as such")
                 break
+    t_arr, keep, note = _same_stamps(t_arr)
+    if note is not None:
+        warnings.append(note)
     for j, name in enumerate(names):
         if present[j] and not any(present[j]):
             warnings.append(f"column {name!r} holds no counter value at all")
     return CounterTable(
         times=t_arr,
-        columns={n: np.asarray(c, dtype=np.uint64) for n, c in zip(names, cols, strict=True)},
-        present={n: np.asarray(p, dtype=np.bool_) for n, p in zip(names, present, strict=True)},
+        columns={n: np.asarray(c, dtype=np.uint64)[keep] for n, c in zip(names, cols, strict=True)},
+        present={
+            n: np.asarray(p, dtype=np.bool_)[keep] for n, p in zip(names, present, strict=True)
+        },
         warnings=tuple(warnings),
     )
+
+
+#: Above this share of rows that repeat the time of the row before, the time column is taken
+#: as coarser than the poll (whole seconds at 100 Hz) and the rows are spread over each stamp.
+COARSE_STAMP_SHARE = 0.3
+#: ... in a table of at least this many rows (in a short one, a repeat is a repeated row).
+COARSE_STAMP_MIN_ROWS = 10
+
+
+def _same_stamps(
+    times: npt.NDArray[np.float64],
+) -> tuple[npt.NDArray[np.float64], slice | npt.NDArray[np.bool_], str | None]:
+    """Rows that share a time stamp: ``(times, rows to keep, note)``.
+
+    A recorder that stamps whole seconds (or milliseconds at 10 kHz) writes many rows per
+    stamp: they are spread evenly over the stamp's interval (up to the next stamp), which is
+    when a steady poll took them; dropping all but the first left one read per second, a
+    hundred times coarser than the recording. A few repeated stamps among distinct ones are a
+    recorder that wrote a row twice: the repeats are left out, counted.
+    """
+    n = times.size
+    repeat = np.r_[False, times[1:] == times[:-1]]
+    count = int(repeat.sum())
+    if count == 0:
+        return times, slice(None), None
+    if count <= COARSE_STAMP_SHARE * n or n < COARSE_STAMP_MIN_ROWS:
+        note = f"{count} row(s) repeated the time of the row before and were left out"
+        return times[~repeat], ~repeat, note
+    starts = np.flatnonzero(~repeat)
+    lengths = np.diff(np.r_[starts, n])
+    stamps = times[starts]
+    step = float(np.median(np.diff(stamps)))
+    following = np.r_[stamps[1:], stamps[-1] + step]
+    offset = np.arange(n) - np.repeat(starts, lengths)
+    spread = (
+        np.repeat(stamps, lengths) + np.repeat((following - stamps) / lengths, lengths) * offset
+    )
+    note = (
+        f"the time column is coarser than the polls ({n / starts.size:.3g} rows per stamp, "
+        f"stamps {step:.3g} s apart): the rows of each stamp were spread evenly over it"
+    )
+    return spread, slice(None), note
 
 
 def read_counters_csv(path: Path) -> CounterTable:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -44,6 +45,7 @@ from collectors.counters_csv import CounterTable, read_counters_csv
 from collectors.gpu_csv import read_gpu_csv
 from collectors.nccl_inspector import InspectorSummary, read_inspector_files
 from collectors.nccl_log import NcclLogSummary, read_nccl_logs, stamp_resolution
+from collectors.nic_counters import DEFAULT_EXCLUDE
 from collectors.pcap import AckLatency, Capture, bin_bytes, merge_ack_samples, read_capture
 
 __all__ = [
@@ -179,7 +181,49 @@ def _byte_columns(names: Sequence[str]) -> tuple[list[str], dict[str, float], li
             "left out columns whose names say neither tx nor rx (other columns do): "
             f"{', '.join(aimless)}"
         )
-    return kept, scale, notes
+    kept, twice = _counted_once(kept)
+    return kept, scale, notes + twice
+
+
+def _device(column: str) -> str:
+    """The interface a column names: its text before the first underscore (``eth0.100``)."""
+    return column.split("_", 1)[0]
+
+
+_VIRTUAL = re.compile(DEFAULT_EXCLUDE)
+_VLAN = re.compile(r"^(?P<parent>.+)\.\d+$")
+
+
+def _counted_once(names: list[str]) -> tuple[list[str], list[str]]:
+    """The columns without those that count the same bytes as another one, and notes.
+
+    A recording of every interface of a host counts a container's traffic on its veth, on
+    the bridge and on the NIC, and a VLAN's on the VLAN and on its parent: summed, B came
+    out two or three times the wire's. The live NIC collector skips such interfaces by
+    default (:data:`DEFAULT_EXCLUDE`); here they are left out when other columns remain. A
+    bond's traffic is also counted on its members, whose names do not say so: a note.
+    """
+    devices = {_device(n) for n in names}
+    virtual = [n for n in names if _VIRTUAL.match(_device(n))]
+    notes = []
+    if virtual and len(virtual) < len(names):
+        names = [n for n in names if n not in virtual]
+        notes.append(
+            "left out container, VM and tunnel interfaces (their bytes also cross the host's "
+            f"NICs): {', '.join(virtual)}"
+        )
+    vlans = [n for n in names if (m := _VLAN.match(_device(n))) and m["parent"] in devices]
+    if vlans:
+        names = [n for n in names if n not in vlans]
+        notes.append(f"left out VLAN interfaces counted on their parent too: {', '.join(vlans)}")
+    bonds = sorted({_device(n) for n in names if _device(n).startswith("bond")})
+    if bonds and len({_device(n) for n in names}) > len(bonds):
+        notes.append(
+            f"{', '.join(bonds)} beside other interfaces: a bond's bytes are counted on its "
+            "member interfaces too, so if they are among the columns B and bytes per step are "
+            "counted twice; record the bond or its members, not both"
+        )
+    return names, notes
 
 
 def _counters(paths: Sequence[Path]) -> tuple[dict[Direction, GridSeries], float, list[str]]:

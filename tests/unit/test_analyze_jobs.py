@@ -238,14 +238,19 @@ def _renamed(path: Path, names: tuple[str, str], scale: float = 1.0, extra: str 
         (("vetha_rx_bytes", "vetha_tx_bytes"), 1.0, "mlx5_0_port_xmit_wait", "count no bytes"),
         (("vetha_rx_bytes", "vetha_tx_bytes"), 1.0, "lo_rx_bytes", "loopback"),
         (("vetha_rx_bytes", "vetha_tx_bytes"), 1.0, "eth0_bytes", "neither tx nor rx"),
+        # Every interface of a host: the container plumbing and a VLAN carry the NIC's bytes.
+        (("eth0_rx_bytes", "eth0_tx_bytes"), 1.0, "docker0_rx_bytes", "container, VM"),
+        (("eth0_rx_bytes", "eth0_tx_bytes"), 1.0, "veth3f2a9c1_rx_bytes", "container, VM"),
+        (("eth0_rx_bytes", "eth0_tx_bytes"), 1.0, "eth0.100_rx_bytes", "VLAN"),
     ],
 )
 def test_columns_of_other_tools_give_the_same_b(
     tmp_path: Path, names: tuple[str, str], scale: float, extra: str, note: str | None
 ) -> None:
     """Recordings made by other tools name and count their columns their own way: B must not
-    double (both directions summed as one), quarter (InfiniBand's 4-byte words), or swallow
-    packet counts, the loopback interface or an undirected total."""
+    double (both directions summed as one, or an interface that carries another's bytes),
+    quarter (InfiniBand's 4-byte words), or swallow packet counts, the loopback interface or
+    an undirected total."""
     base = tmp_path / "base.csv"
     _renamed(base, ("vetha_rx_bytes", "vetha_tx_bytes"))
     want = analyze_files(counters=[base]).estimate
@@ -280,3 +285,13 @@ def test_rates_written_as_counters_are_said(tmp_path: Path) -> None:
     path.write_text("time,vetha_rx_bytes,vetha_tx_bytes\n" + "\n".join(rows) + "\n")
     est = analyze_files(counters=[path]).estimate
     assert any("not the cumulative counters" in w for w in est.warnings)
+
+
+def test_a_bond_beside_other_interfaces_is_said(tmp_path: Path) -> None:
+    """A bond's members cannot be told by name: the sum may count its bytes twice; say so."""
+    path = tmp_path / "bond.csv"
+    _renamed(path, ("bond0_rx_bytes", "bond0_tx_bytes"), 1.0, "ens1f0_rx_bytes")
+    est = analyze_files(counters=[path]).estimate
+    assert any("bond0 beside other interfaces" in w for w in est.warnings)
+    _renamed(path, ("bond0_rx_bytes", "bond0_tx_bytes"))
+    assert not any("bond" in w for w in analyze_files(counters=[path]).estimate.warnings)

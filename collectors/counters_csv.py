@@ -20,6 +20,7 @@ recognised by their size (a warning says so).
 from __future__ import annotations
 
 import datetime as dt
+import decimal
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -56,10 +57,14 @@ class CounterTable:
     warnings: tuple[str, ...] = field(default=())
 
 
-def _parse_counter(cell: str) -> int:
-    """A counter cell as an integer; floats from spreadsheets are accepted if integral-ish."""
+def _parse_counter(cell: str) -> tuple[int, int]:
+    """A counter cell as ``(integer, the place value of its last written digit)``.
+
+    Floats from spreadsheets are accepted; one in scientific notation (``1.23457E+14``) keeps
+    only a few digits, so its value is known to ``10**9`` bytes here, not to the byte.
+    """
     try:
-        value = int(cell)
+        value, place = int(cell), 1
     except ValueError:
         try:
             f = float(cell)
@@ -68,9 +73,11 @@ def _parse_counter(cell: str) -> int:
         if not math.isfinite(f):
             raise ValueError(f"{cell!r} is not a finite number") from None
         value = round(f)
+        exponent = decimal.Decimal(cell).as_tuple().exponent
+        place = 10**exponent if isinstance(exponent, int) and exponent > 0 else 1
     if value < 0 or value > _MAX_COUNTER:
         raise ValueError(f"{cell!r} is outside the range of a 64-bit unsigned counter")
-    return value
+    return value, place
 
 
 def _parse_time(cell: str) -> float:
@@ -108,9 +115,19 @@ class _Skipped:
         return f"{self.count} {self.what} (first at line {line}: {why})"
 
 
+def _delimiter(header: str) -> str:
+    """The header's field separator: a comma, else a tab or a semicolon.
+
+    A semicolon is a European-locale spreadsheet's, whose decimal separator is then a comma.
+    """
+    if "," in header or ("\t" not in header and ";" not in header):
+        return ","
+    return "\t" if header.count("\t") >= header.count(";") else ";"
+
+
 def _header(text: str, lineno: int, path: Path | str) -> tuple[list[str], float, bool]:
     """(column names, seconds per time unit, whether rows end in an empty field)."""
-    header = [h.strip().strip('"').strip("'").strip() for h in text.split(",")]
+    header = [h.strip().strip('"').strip("'").strip() for h in text.split(_delimiter(text))]
     trailing = len(header) > 2 and header[-1] == ""  # "time,a,b," from a spreadsheet
     if trailing:
         header.pop()
@@ -135,9 +152,10 @@ def _header(text: str, lineno: int, path: Path | str) -> tuple[list[str], float,
 def parse_counters_csv(lines: Iterable[str], *, path: Path | str = "<counters>") -> CounterTable:
     """Parse counters-CSV text (no I/O). Raises :class:`InputFormatError` with the line number.
 
-    Rows must be in time order; rows with a time equal to the previous one are dropped (a
-    duplicated poll carries no interval). What else is left out or read as a gap: see the
-    module docstring.
+    Rows must be in time order; rows with a time equal to the previous one are spread over
+    their stamp when most rows share one (a coarse time column), else dropped (a duplicated
+    poll carries no interval). What else is left out or read as a gap: see the module
+    docstring.
     """
     it = iter(lines)
     header: list[str] | None = None
@@ -147,6 +165,7 @@ def parse_counters_csv(lines: Iterable[str], *, path: Path | str = "<counters>")
         text = raw.strip()
         if text and not text.startswith("#"):
             header, unit, trailing = _header(text, lineno, path)
+            sep = _delimiter(text)
             break
     if header is None:
         raise InputFormatError(path, "empty file: expected a header 'time,<counter>,...'")
@@ -159,16 +178,20 @@ def parse_counters_csv(lines: Iterable[str], *, path: Path | str = "<counters>")
     back = _Skipped("row(s) went back in time (a clock step?) and were left out")
     bad_cells = _Skipped("cell(s) held no counter and were read as gaps")
     cut = _Skipped("unfinished last line (the file was still being written?) left out")
+    rounded = _Skipped("cell(s) held a counter in scientific notation, rounded to a few digits")
+    coarsest = 1
     last_t = -math.inf
     pending: tuple[int, str] | None = None  # held back one line: the last may be unfinished
 
     def row(number: int, raw: str, final: bool) -> None:
-        nonlocal last_t
+        nonlocal last_t, coarsest
         text = raw.strip()
         if not text or text.startswith("#"):
             return
         unfinished = final and not raw.endswith(("\n", "\r"))
-        cells = text.split(",")
+        cells = text.split(sep)
+        if sep == ";":  # decimal commas
+            cells = [c.replace(",", ".") for c in cells]
         if cells[0].strip().strip('"').lower() == header[0].lower():
             return  # the header again: a recorder that appends to its file
         if len(cells) != width:
@@ -196,10 +219,15 @@ def parse_counters_csv(lines: Iterable[str], *, path: Path | str = "<counters>")
                 values.append(None)
                 continue
             try:
-                values.append(_parse_counter(cell))
+                value, place = _parse_counter(cell)
             except ValueError as exc:
                 bad_cells.add(number, f"column {names[j]!r}: {exc}")
                 values.append(None)
+                continue
+            values.append(value)
+            if place > 1:
+                rounded.add(number, f"column {names[j]!r}: {cell!r}")
+                coarsest = max(coarsest, place)
         if unfinished and any(
             v is not None and present[j] and present[j][-1] and v < cols[j][-1]
             for j, v in enumerate(values)
@@ -227,6 +255,11 @@ def parse_counters_csv(lines: Iterable[str], *, path: Path | str = "<counters>")
             )
         raise InputFormatError(path, "need at least two data rows to compute a rate")
     warnings = [n for k in (bad_rows, back, bad_cells, cut) if (n := k.note()) is not None]
+    if (note := rounded.note()) is not None:
+        warnings.append(
+            f"{note}: each is known only to {coarsest:.0e} bytes, so rates over one poll are "
+            "that coarse; save the counters as integers (a spreadsheet's number format)"
+        )
     t_arr = np.asarray(times, dtype=np.float64)
     if unit == 1.0 and header[0].lower() == "time":
         for above, scale, name in _EPOCH_UNITS:

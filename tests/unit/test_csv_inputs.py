@@ -254,3 +254,28 @@ def test_gpu_csv_repeated_header_and_byte_order_marks(tmp_path: Path) -> None:
         path = tmp_path / f"{encoding}.csv"
         path.write_text("\r\n".join(lines) + "\r\n", encoding=encoding)
         assert read_gpu_csv(path).signals["util"].tolist() == pytest.approx([0.99] * 3)
+
+
+def test_counters_csv_in_scientific_notation_says_how_coarse_it_is() -> None:
+    t = parse_counters_csv(
+        ["time,x_tx_bytes", "0,1.23456E+14", "1,1.23457E+14", "2,123457000000001"]
+    )
+    assert t.columns["x_tx_bytes"].tolist() == [123456000000000, 123457000000000, 123457000000001]
+    note = next(w for w in t.warnings if "scientific notation" in w)
+    assert note.startswith("2 cell(s)") and "1e+09 bytes" in note and "line 2" in note
+    # Plain floats that keep every byte are no cause for a note.
+    assert not parse_counters_csv(["time,x_tx_bytes", "0,100.0", "1,250.0"]).warnings
+
+
+@pytest.mark.parametrize(
+    "lines",
+    [
+        ["time\tx_tx_bytes\tx_rx_bytes", "0.5\t100\t7", "1.0\t300\t9"],
+        ["time;x_tx_bytes;x_rx_bytes", "0,5;100;7", "1,0;300;9"],  # a European spreadsheet
+    ],
+)
+def test_counters_csv_with_tabs_or_semicolons_is_read(lines: list[str]) -> None:
+    t = parse_counters_csv(lines)
+    assert t.times.tolist() == [0.5, 1.0]
+    assert t.columns["x_tx_bytes"].tolist() == [100, 300]
+    assert t.columns["x_rx_bytes"].tolist() == [7, 9]

@@ -629,12 +629,65 @@ def capture_table(packets: int) -> None:
         print(f"| {name} | {rate:,.0f} | {rate / rows[0][1]:.2f}x |")
 
 
+def csv_table(rows: int, columns: int = 32) -> None:
+    """Counters CSV: seconds and peak memory to read a long recording, against numpy.loadtxt.
+
+    ``rows`` polls (100 Hz: 360 000 an hour) of ``columns`` 64-bit counters, as ``commpulse
+    record`` writes them. Peak memory is tracemalloc's (numpy's buffers included) over a
+    second read, the bytes per counter cell beside it.
+    """
+    import tracemalloc
+
+    import numpy as np
+
+    from collectors.counters_csv import read_counters_csv
+
+    rng = np.random.default_rng(0)
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(d) / "counters.csv"
+        names = [f"mlx5_{i // 2}_port1_{'xmit' if i % 2 else 'rcv'}_data" for i in range(columns)]
+        with path.open("w") as fh:
+            fh.write("time," + ",".join(names) + "\n")
+            base = np.full(columns, 10**12, dtype=np.int64)
+            for start in range(0, rows, 10_000):
+                n = min(10_000, rows - start)
+                cum = base + np.cumsum(rng.integers(0, 10**7, (n, columns)), axis=0)
+                base = cum[-1]
+                t = (start + np.arange(n)) * 0.01
+                fh.writelines(f"{t[i]:.6f}," + ",".join(map(str, cum[i])) + "\n" for i in range(n))
+
+        def loadtxt() -> object:
+            return np.loadtxt(path, delimiter=",", skiprows=1)
+
+        def commpulse() -> object:
+            return read_counters_csv(path)
+
+        table = []
+        for name, fn in (("numpy.loadtxt (baseline; float64, loses bytes above 2^53)", loadtxt),
+                         ("commpulse read_counters_csv", commpulse)):  # fmt: skip
+            seconds = _timed(fn)  # tracemalloc slows allocation: timed without it
+            tracemalloc.start()
+            fn()
+            peak = tracemalloc.get_traced_memory()[1]
+            tracemalloc.stop()
+            table.append((name, seconds, peak))
+    cells = rows * columns
+    base_s, base_peak = table[0][1], table[0][2]
+    print(f"\n| counters CSV, {rows} rows x {columns} counters | s | vs baseline "
+          "| peak MB | bytes/cell | vs baseline |")  # fmt: skip
+    print("|---|---|---|---|---|---|")
+    for name, seconds, peak in table:
+        print(f"| {name} | {seconds:.2f} | {seconds / base_s:.2f}x | {peak / 1e6:.0f} "
+              f"| {peak / cells:.1f} | {peak / base_peak:.2f}x |")  # fmt: skip
+
+
 def inside(args: argparse.Namespace) -> None:
     sweep_table(args.repeat)
     cpu_table(args.seconds)
     nccl_table(args.nccl_lines)
     pcap_table(args.pcap_packets)
     capture_table(args.pcap_packets)
+    csv_table(args.csv_rows)
 
 
 def main() -> None:
@@ -648,6 +701,10 @@ def main() -> None:
     parser.add_argument("--pcap-packets", type=int, default=1_000_000)
     parser.add_argument(
         "--pcap-only", action="store_true", help="only the pcap tables (no root needed)"
+    )
+    parser.add_argument("--csv-rows", type=int, default=360_000, help="rows of the CSV table")
+    parser.add_argument(
+        "--csv-only", action="store_true", help="only the counters CSV table (no root needed)"
     )
     parser.add_argument("--inside", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -663,6 +720,10 @@ def main() -> None:
         sys.path.insert(0, str(ROOT))
         nccl_table(args.nccl_lines)
         return
+    if args.csv_only:
+        sys.path.insert(0, str(ROOT))
+        csv_table(args.csv_rows)
+        return
     if os.geteuid() != 0:
         sys.exit("bench/throughput.py needs root to create its network namespace")
     subprocess.run(["ip", "netns", "add", NS], check=True)
@@ -676,7 +737,8 @@ def main() -> None:
         subprocess.run(
             ["ip", "netns", "exec", NS, sys.executable, __file__, "--inside",
              "--seconds", str(args.seconds), "--repeat", str(args.repeat),
-             "--nccl-lines", str(args.nccl_lines), "--pcap-packets", str(args.pcap_packets)],
+             "--nccl-lines", str(args.nccl_lines), "--pcap-packets", str(args.pcap_packets),
+             "--csv-rows", str(args.csv_rows)],
             check=True, env=env,
         )  # fmt: skip
     finally:

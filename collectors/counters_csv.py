@@ -19,12 +19,14 @@ recognised by their size (a warning says so).
 
 from __future__ import annotations
 
+import array
 import datetime as dt
 import decimal
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -171,9 +173,11 @@ def parse_counters_csv(lines: Iterable[str], *, path: Path | str = "<counters>")
         raise InputFormatError(path, "empty file: expected a header 'time,<counter>,...'")
     names = header[1:]
     width = len(header) + trailing
-    times: list[float] = []
-    cols: list[list[int]] = [[] for _ in names]
-    present: list[list[bool]] = [[] for _ in names]
+    # Typed arrays, not lists: 9 bytes a cell instead of about 45 (a day at 100 Hz is 8.6 M
+    # rows a column).
+    times = array.array("d")
+    cols = [array.array("Q") for _ in names]
+    present = [bytearray() for _ in names]
     bad_rows = _Skipped("row(s) could not be read and were left out")
     back = _Skipped("row(s) went back in time (a clock step?) and were left out")
     bad_cells = _Skipped("cell(s) held no counter and were read as gaps")
@@ -260,7 +264,7 @@ def parse_counters_csv(lines: Iterable[str], *, path: Path | str = "<counters>")
             f"{note}: each is known only to {coarsest:.0e} bytes, so rates over one poll are "
             "that coarse; save the counters as integers (a spreadsheet's number format)"
         )
-    t_arr = np.asarray(times, dtype=np.float64)
+    t_arr = np.frombuffer(times, dtype=np.float64).copy()
     if unit == 1.0 and header[0].lower() == "time":
         for above, scale, name in _EPOCH_UNITS:
             if float(np.median(t_arr)) > above:
@@ -275,12 +279,20 @@ def parse_counters_csv(lines: Iterable[str], *, path: Path | str = "<counters>")
             warnings.append(f"column {name!r} holds no counter value at all")
     return CounterTable(
         times=t_arr,
-        columns={n: np.asarray(c, dtype=np.uint64)[keep] for n, c in zip(names, cols, strict=True)},
-        present={
-            n: np.asarray(p, dtype=np.bool_)[keep] for n, p in zip(names, present, strict=True)
-        },
+        columns={n: _to_numpy(cols, np.uint64, keep) for n in names},
+        present={n: _to_numpy(present, np.bool_, keep) for n in names},
         warnings=tuple(warnings),
     )
+
+
+def _to_numpy(
+    columns: list[Any], dtype: type[np.generic], keep: slice | npt.NDArray[np.bool_]
+) -> Any:
+    """The first of ``columns`` as a writable numpy array, taken off the list.
+
+    Each column is released as it is copied, so a long recording is never held twice.
+    """
+    return np.frombuffer(columns.pop(0), dtype=dtype)[keep].copy()
 
 
 #: Above this share of rows that repeat the time of the row before, the time column is taken

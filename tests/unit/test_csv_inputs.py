@@ -262,7 +262,9 @@ def test_counters_csv_in_scientific_notation_says_how_coarse_it_is() -> None:
     )
     assert t.columns["x_tx_bytes"].tolist() == [123456000000000, 123457000000000, 123457000000001]
     note = next(w for w in t.warnings if "scientific notation" in w)
-    assert note.startswith("2 cell(s)") and "1e+09 bytes" in note and "line 2" in note
+    assert note.startswith("2 cell(s)")
+    assert "1e+09 bytes" in note
+    assert "line 2" in note
     # Plain floats that keep every byte are no cause for a note.
     assert not parse_counters_csv(["time,x_tx_bytes", "0,100.0", "1,250.0"]).warnings
 

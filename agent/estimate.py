@@ -659,9 +659,28 @@ def refresh_note(refresh_s: float) -> str:
         f"the counters change only every {r} s (a driver that refreshes its statistics on a "
         f"timer, or traffic in bursts much shorter than one poll, once every {r} s): the "
         f"series is read in {r} s steps, so periods under {2 * refresh_s:.3g} s cannot be "
-        f"seen and bursts under {3 * refresh_s:.3g} s are not resolved; RDMA port counters "
-        "or a packet capture see finer"
+        f"seen, one under {8 * refresh_s:.3g} s may be an alias of a faster one (its "
+        f"confidence is kept under 0.5), and bursts under {3 * refresh_s:.3g} s are not "
+        "resolved; RDMA port counters or a packet capture see finer"
     )
+
+
+#: Highest confidence of a period under 8 refresh intervals of a counter that the driver
+#: refreshes on a timer: below the alerts' 0.5.
+REFRESH_ALIAS_CONFIDENCE = 0.45
+
+
+def _refresh_capped(period: PeriodResult, refresh_s: float) -> PeriodResult:
+    """The period with its confidence capped when it could be an alias of the refresh.
+
+    Steps of 0.7 s under a 1 s refresh read as a confident 6.8 s period (and under 0.5 s, 3.5 s
+    with D 0.56 against 0.30: a false bottleneck alert). Under 8 refresh intervals a period
+    cannot be told from such an alias, so it is shown but kept below the alerts' threshold.
+    """
+    t = period.period_s
+    if t is None or t >= 8 * refresh_s or period.confidence <= REFRESH_ALIAS_CONFIDENCE:
+        return period
+    return replace(period, confidence=REFRESH_ALIAS_CONFIDENCE)
 
 
 def estimate(
@@ -697,6 +716,7 @@ def estimate(
         period_source = inputs.network_source
         if full_grid.refresh_s is not None:
             warnings.append(refresh_note(full_grid.refresh_s))
+            period = _refresh_capped(period, full_grid.refresh_s)
         grid = whole_periods(full_grid, period)
         steps = steps_grid = without_pauses(grid, period)
         bursts = burst_stats(steps.rate, steps.dt, period.period_s, polls=steps.polls, t0=steps.t0)

@@ -111,6 +111,12 @@ def test_fast_steps_under_a_slow_refresh_are_not_reported_at_the_refresh_interva
     est = analyze_files(counters=[path]).estimate
     assert est.period_s is None or abs(est.period_s - 1.0) > 0.05
     assert est.burst_bandwidth is None  # bursts of 0.21 s under a 1 s refresh: unresolved
+    # Whatever period shows (an alias: 7 s here) stays under the alerts' confidence of 0.5.
+    assert est.period_s is None or est.confidence < 0.5
+    path = tmp_path / "fast-steps-half.csv"
+    _write_csv(path, _refreshed(_job(0.7, 0.3, 60.0), 0.5))
+    est = analyze_files(counters=[path]).estimate
+    assert est.period_s is None or est.confidence < 0.5
 
 
 def test_counters_read_fresh_are_left_at_the_poll_rate(tmp_path: Path) -> None:

@@ -309,7 +309,6 @@ def _gpu(paths: Sequence[Path]) -> GpuSamples:
 
 def collective_mix(summary: NcclLogSummary) -> CollectiveMix:
     """The estimator's view of an NCCL log summary."""
-    processes = len({(k[0], k[1]) for k in summary.comm_keys}) if summary.comm_keys else 0
     return CollectiveMix(
         ops={op: (s.count, s.bytes) for op, s in summary.collectives.items()},
         nranks=summary.nranks,
@@ -317,10 +316,36 @@ def collective_mix(summary: NcclLogSummary) -> CollectiveMix:
         call_bytes=summary.call_bytes,
         warnings=summary.warn_count,
         version=summary.version,
-        processes=processes,
+        processes=_processes(summary),
         # NCCL's default timestamp format has whole seconds: its call times are that coarse.
         time_resolution_s=stamp_resolution(summary.call_times_s),
     )
+
+
+#: A process that logged under this share of the busiest one's calls is no rank of the job.
+MIN_PROCESS_CALL_SHARE = 0.05
+
+
+def _processes(summary: NcclLogSummary) -> int:
+    """How many processes logged the calls: the divisor of the bytes each rank issues.
+
+    Ranks that write one stdout in 4 KiB blocks splice each other's lines: a few records then
+    carry a host or pid cut from a neighbour ("c1", "counde1"), each a "process" of one call,
+    which made 4 ranks 12 and cut S by 3. Processes with under 5 % of the busiest one's calls
+    are not counted (communicators that only initialised count as before: no calls at all).
+    """
+    if not summary.comm_keys:
+        return 0
+    ids = summary.call_comm_ids
+    if ids.size == 0:
+        return len({(k[0], k[1]) for k in summary.comm_keys})
+    per_comm = np.bincount(ids, minlength=len(summary.comm_keys))
+    per_process: dict[tuple[object, object], int] = {}
+    for key, calls in zip(summary.comm_keys, per_comm.tolist(), strict=True):
+        process = (key[0], key[1])
+        per_process[process] = per_process.get(process, 0) + int(calls)
+    busiest = max(per_process.values())
+    return sum(1 for calls in per_process.values() if calls >= MIN_PROCESS_CALL_SHARE * busiest)
 
 
 def inspector_json(summary: InspectorSummary) -> dict[str, Any]:
@@ -774,6 +799,17 @@ def analyze_files(
         est = replace(est, warnings=(*est.warnings, *counter_notes, *capture_notes))
     if not network and mix is None and gpu_samples is None:
         est = replace(est, regime="unknown")  # Inspector records alone say nothing of traffic
+    if summary is not None and summary.ray_folded_calls:
+        note = (
+            f"{summary.ray_folded_lines} COLL line(s) end in Ray's '[repeated Nx across "
+            f"cluster]': its log deduplication left {summary.ray_folded_calls} calls of other "
+            "ranks out of the log, so call counts and bytes are low; set RAY_DEDUP_LOGS=0"
+        )
+        est = replace(est, warnings=(*est.warnings, note))
+    if summary is not None and mix is not None and mix.calls == 0:
+        est = replace(est, warnings=(*est.warnings, _no_coll_note(summary)))
+        if not network:
+            est = replace(est, regime="unknown")  # a log without COLL lines is no idle host
     extra["arrivals"] = arrivals_json(inputs, est)
     extra["sharding"] = None
     if summary is not None:
@@ -783,6 +819,16 @@ def analyze_files(
         )
         extra["alltoall"], extra["pipeline"] = sparse_ops_json(summary, est.period_s, table=table)
     return AnalysisResult(estimate=est, sources=sources, extra=extra, inputs=inputs)
+
+
+def _no_coll_note(summary: NcclLogSummary) -> str:
+    """Why an NCCL log gave no collectives: COLL lines are not logged by default."""
+    return (
+        f"the NCCL log holds no collective (COLL) lines ({summary.nccl_lines} NCCL lines of "
+        "other kinds): NCCL logs its calls only when NCCL_DEBUG_SUBSYS includes COLL, which "
+        "its default leaves out; run with NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,COLL "
+        "(`commpulse wrap` does) to get the collective mix and T from the log"
+    )
 
 
 def arrivals_json(inputs: EstimateInputs, est: Estimate) -> dict[str, Any] | None:

@@ -123,12 +123,21 @@ IDLE_FRACTION = 0.05
 def busy_slots(rate: FloatArray) -> npt.NDArray[np.intp]:
     """Indices of the slots that are not idle (empty when there is no traffic at all).
 
-    Idle is below ``IDLE_FRACTION`` of the traffic's 99th percentile; unknown (NaN) is not idle.
+    Idle is below ``IDLE_FRACTION`` of the traffic's level: its 99th percentile, or, where
+    traffic fills under 1 % of the slots (a 10 s job in a 10 min capture, with ARP or a scrape
+    every few seconds), the rate of the slots that carry half the bytes; the 99th percentile
+    was then 0 or the chatter's, nothing was idle, and the chatter's period or an idle host
+    was reported. Unknown (NaN) is not idle.
     """
     finite = rate[np.isfinite(rate)]
     if finite.size == 0:
         return np.empty(0, dtype=np.intp)
     high = float(percentiles(finite, [99.0])[0])
+    top = float(finite.max())
+    if high < IDLE_FRACTION * top:  # sparse traffic: weigh the slots by their bytes
+        busy = np.sort(finite[finite > IDLE_FRACTION * high])
+        share = np.cumsum(busy)
+        high = float(busy[np.searchsorted(share, 0.5 * share[-1])])
     if high <= 0:
         return np.empty(0, dtype=np.intp)
     return np.flatnonzero(~(rate <= IDLE_FRACTION * high))

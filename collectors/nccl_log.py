@@ -179,7 +179,9 @@ _PTR = r"\(nil\)|0x[0-9a-f]+"  # glibc %p: "0x" + lower-case hex, "(nil)" for NU
 # `docker logs -t` put before each line ("2025-07-17T13:14:16.123456789Z "). A zone designator
 # is skipped: NCCL prints local time without one, and periods do not see a constant offset.
 # Other strftime formats are not decoded: the prefix is still found, the line just gets no time.
-_TS_SECOND = r"\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d"
+# The year starts at a digit boundary: a record glued into a pointer (stdout written in 4 KiB
+# blocks: "stream 0x55825-03-01 12:00:15.001000] host:...") must not read as year 5825.
+_TS_SECOND = r"(?<!\d)\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d"
 _TS_ZONE = r"(?:Z|[+-]\d\d:?\d\d)?"
 _TS = r"(?:\[?(?P<ts>" + _TS_SECOND + r"(?:[.,]\d+)?)" + _TS_ZONE + r"\]? )?"
 # The same with the second and its fraction as two unnamed groups (the fast paths).
@@ -188,6 +190,9 @@ _TS_FAST = r"(?:\[?(" + _TS_SECOND + r")(?:[.,](\d+))?" + _TS_ZONE + r"\]? )?"
 # prefix ("2025-07-17T13:14:16.1Z [rank0]:host:..."): the record's time when it has no other.
 _LEAD_TS_RE: Final = _rx(r"\[?(" + _TS_SECOND + r"(?:[.,]\d{1,9})?)" + _TS_ZONE + r"\]?[ \t]")
 # Terminal colour and other CSI sequences (a coloured launcher tag or level): removed first.
+# Ray's log deduplication (RAY_DEDUP_LOGS=1, the default) ends a line that stands for N
+# alike lines of several processes with this; the other N - 1 are not in the log.
+_RAY_REPEATED_RE: Final = _rx(r" \[repeated (\d{1,9})x across cluster\]$")
 _ANSI_RE: Final = _rx(r"\x1b\[[0-?]*[ -/]*[@-~]")
 # What a glued neighbour's tail adds to the front of a host when no blank comes before the
 # next record: a pointer or a float (a host, gethostname() cut at the first '.', holds
@@ -1023,6 +1028,10 @@ class NcclLogSummary:
     calls_total: int
     #: "NCCL" or "RCCL", from the version banner (None without one).
     library: str | None = None
+    #: COLL lines ending in Ray's "[repeated Nx across cluster]", and the N - 1 lines of
+    #: other processes that Ray's log deduplication folded into them (not counted).
+    ray_folded_lines: int = 0
+    ray_folded_calls: int = 0
 
     @property
     def call_ops(self) -> list[str]:
@@ -1453,6 +1462,8 @@ class NcclLogAccumulator:
         self._nccl_lines = 0
         self._unparsed = 0
         self._overlong = 0
+        self._ray_lines = 0
+        self._ray_calls = 0
         self._warns = 0
         self._version: str | None = None
         self._cuda: str | None = None
@@ -1482,12 +1493,21 @@ class NcclLogAccumulator:
 
     # -- public -------------------------------------------------------------------------------
 
+    def _ray_folded(self, line: str) -> None:
+        """Count a COLL line into which Ray's log deduplication folded other ranks' lines."""
+        m = _RAY_REPEATED_RE.search(line)
+        if m is not None:
+            self._ray_lines += 1
+            self._ray_calls += int(m[1]) - 1
+
     def feed(self, line: str) -> None:
         """Account for one line of log text (without its newline)."""
         self._lines_total += 1
         if "\x1b" in line:
             line = _plain(line)
         if "opCount " in line:
+            if line.endswith("across cluster]"):
+                self._ray_folded(line)
             # The record at the line's start (no launcher tag) is the common case, and an
             # anchored match is cheaper than a search: it finds the same match there.
             m = _FAST_LINE_RE.match(line) or _COLL_FAST_RE.search(line)
@@ -1620,6 +1640,8 @@ class NcclLogAccumulator:
             nccl_lines=self._nccl_lines,
             unparsed_nccl_lines=self._unparsed,
             overlong_lines=self._overlong,
+            ray_folded_lines=self._ray_lines,
+            ray_folded_calls=self._ray_calls,
             unknown_ops={op: counts[op] for op in names if op not in KNOWN_OPS},
             unknown_datatype_calls=unknown_dtype,
             hosts=tuple(self._hosts),
@@ -1757,7 +1779,7 @@ _CHUNK = 1 << 20
 
 
 def _iter_lines(path: Path, max_line_bytes: int) -> Iterator[bytes | None]:
-    """Yield the file's lines as bytes (no LF / CR LF); None for an over-long line.
+    """Yield the file's lines as bytes (no LF / CR LF, no NUL); None for an over-long line.
 
     Reads in fixed chunks, so an over-long line is skipped, never held whole in memory.
     """
@@ -1765,7 +1787,10 @@ def _iter_lines(path: Path, max_line_bytes: int) -> Iterator[bytes | None]:
     with stream:
         pending = bytearray()
         skipping = False  # inside an over-long line: drop bytes up to its newline
-        for chunk in inflated_chunks(path, stream, compression, _CHUNK):
+        for raw in inflated_chunks(path, stream, compression, _CHUNK):
+            # NUL runs are no text: logrotate's copytruncate leaves a hole of them where the
+            # writer's offset still points, which glued to the next record made it over-long.
+            chunk = raw.replace(b"\0", b"") if b"\0" in raw else raw
             start = 0
             while True:
                 nl = chunk.find(b"\n", start)

@@ -202,3 +202,21 @@ def test_active_span_leaves_off_phases_and_unknown_slots_alone() -> None:
     x = np.r_[np.full(400, np.nan), on]  # slots nobody read are not idle
     assert active_span(x) == (0, x.size)
     assert active_span(np.zeros(50)) == (0, 50)
+
+
+def test_a_short_job_in_a_long_quiet_recording_is_found() -> None:
+    """A 10 s job (0.5 s steps, D = 0.2) in 10 min of a link that only carries a metrics
+    scrape every 15 s: its bursts fill 0.3 % of the slots, so the 99th percentile was the
+    scrape's level, nothing was idle, and the scrape's 15 s was reported as T."""
+    fs = 100
+    x = np.zeros(600 * fs)
+    x[(np.arange(0, 600, 15) * fs).astype(int)] = 2e5  # the scrape: 2 kB in 10 ms
+    job = np.tile(np.r_[np.full(10, 8e7), np.zeros(40)], 20)  # 20 steps of 0.5 s
+    x[300 * fs : 300 * fs + job.size] = job
+    i0, i1 = active_span(x)
+    assert 300 * fs - 50 <= i0 <= 300 * fs
+    assert 300 * fs + job.size - 40 <= i1 <= 300 * fs + job.size + 50
+    # Steady traffic with chatter on top keeps its whole span.
+    steady = np.full(600 * fs, 1e6)
+    steady[::1500] = 5e7
+    assert active_span(steady) == (0, steady.size)

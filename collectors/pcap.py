@@ -24,6 +24,14 @@ Rules that matter (``shared/DESIGN.md``, pcap row):
   syndrome, tells an ACK (bits 7..5 = 000), an RNR NAK (001) and a NAK (011, the low 5 bits
   the NAK code: 0 is a PSN sequence error, i.e. a loss the requester retransmits for). An AETH
   cut by the snaplen leaves the frame a RoCE frame, with no syndrome.
+* A Linux cooked frame (``tcpdump -i any``: SLL, SLL2) counts its device's length: libpcap's
+  original length holds the 16- or 20-byte cooked header in place of the device's 14-byte
+  Ethernet one (none on tun or IPoIB), which the header's ARPHRD type tells.
+* Frames of several interfaces (SLL2 interface indexes, pcapng interfaces) are summed with a
+  warning naming them: a tunnel's bytes are counted on it and on the device under it.
+* A frame stamped implausibly far from the others (before 2000 among later frames, or beyond a
+  day-long gap from the median frame: a NIC clock before PTP sync) is left out of the time
+  series, with a warning; binned, it would stretch the bins over the gap.
 * Up to two VLAN tags (802.1Q 0x8100, QinQ 0x88a8 / 0x9100), IPv4 (with options) and IPv6 (with
   hop-by-hop, routing, fragment, destination-options and AH extension headers).
 * InfiniBand (link type 247, or ibdump's ERF records, 197): the local route header's source
@@ -48,6 +56,9 @@ Rules that matter (``shared/DESIGN.md``, pcap row):
   its own responder turnaround, no fabric in it); they are split by the source MAC of the
   request against ``local_mac``.
 
+A gzip-, bzip2- or xz-compressed capture is inflated to a temporary file first (a cut stream:
+what it held, with a warning); a zstd one is refused with ``zstd -d`` to run.
+
 Malformed files, as decided here:
 
 * Not a capture (bad magic, empty file, cut file header): :class:`InputFormatError`.
@@ -71,7 +82,9 @@ https://www.tcpdump.org/linktypes.html.
 from __future__ import annotations
 
 import bisect
+import bz2
 import contextlib
+import lzma
 import mmap
 import socket
 import struct
@@ -79,13 +92,15 @@ import tempfile
 import zlib
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import BinaryIO, TypeAlias
+from typing import BinaryIO, Protocol, TypeAlias
 
 import numpy as np
 import numpy.typing as npt
 
 from agent.errors import InputFormatError
+from collectors._text import open_binary
 
 __all__ = [
     "ACK_MATCH_WINDOW_NS",
@@ -177,6 +192,7 @@ _BT_SPB = 3
 _BT_EPB = 6
 _BT_SHB = 0x0A0D0D0A
 _OPT_END = 0
+_OPT_IF_NAME = 2
 _OPT_IF_TSRESOL = 9
 _OPT_IF_TSOFFSET = 14
 
@@ -1183,6 +1199,105 @@ def _without_erf_headers(g: _Gather, chunk: _Chunk, link_type: int) -> _I64:
     return origs
 
 
+#: ARPHRD types (<linux/if_arp.h>) whose frames have a 14-byte Ethernet header on the device:
+#: Ethernet, and the loopback device (its frames carry one, of zero MACs).
+_ARPHRD_ETHER = 1
+_ARPHRD_LOOPBACK = 772
+_ETH_HEADER = 14
+
+
+def _cooked_to_wire(g: _Gather, chunk: _Chunk, link_type: int, origs: _I64) -> _I64:
+    """Original lengths of Linux cooked frames as the device had them, not as libpcap counts.
+
+    A `tcpdump -i any` record's original length counts its 16-byte SLL (20-byte SLL2) header in
+    place of the device's own: +2 (+6) bytes on every Ethernet frame (+9 % on a 66-byte ACK),
+    +16 (+20) over the IP length on a device without a link header (tun, IPoIB). The cooked
+    header's ARPHRD type says which; where it was not captured, Ethernet is taken.
+    """
+    cooked = (LINKTYPE_LINUX_SLL, LINKTYPE_LINUX_SLL2)
+    if chunk.lts is None:
+        if link_type not in cooked:
+            return origs
+        rows = np.arange(origs.size)
+        v2 = np.full(rows.size, link_type == LINKTYPE_LINUX_SLL2)
+    else:
+        v2_all = chunk.lts == LINKTYPE_LINUX_SLL2
+        rows = np.flatnonzero(v2_all | (chunk.lts == LINKTYPE_LINUX_SLL))
+        if rows.size == 0:
+            return origs
+        v2 = v2_all[rows]
+    o, c = chunk.offs[rows], chunk.caps[rows]
+    at = np.where(v2, 8, 2)  # the ARPHRD type: SLL bytes 2-3, SLL2 bytes 8-9
+    hatype = g.u8(o + at) << np.uint64(8) | g.u8(o + at + 1)
+    eth = (c < at + 2) | (hatype == _ARPHRD_ETHER) | (hatype == _ARPHRD_LOOPBACK)
+    out = origs.copy()
+    wire = origs[rows] - np.where(v2, 20, 16) + np.where(eth, _ETH_HEADER, 0)
+    out[rows] = np.maximum(wire, 0)
+    return out
+
+
+#: Frames stamped before this while most are later, or cut off from the median frame by a gap
+#: longer than _STRAY_GAP_NS, are left out of the time series (see :func:`_stray_times`).
+_Y2000_NS = 946_684_800 * _NS
+_STRAY_GAP_NS = 86_400 * _NS
+
+
+def _stray_times(time_ns: _I64, timed: _Bool) -> _Bool:
+    """Timed frames whose stamp is implausibly far from the rest: a clock gone astray.
+
+    A NIC clock before PTP sync stamps a frame at 1970 among frames of 2025: binned with them,
+    the bins grow to span the gap and the job reads as idle. Such a frame is one before
+    2000-01-01 while the median frame is later, or one cut off from the median frame by a gap
+    of over a day with no frame in it (a capture that runs for days, frames all along, keeps
+    them all). Needs three timed frames: with two, neither is the odd one.
+    """
+    rows = np.flatnonzero(timed)
+    stray = np.zeros(time_ns.size, dtype=bool)
+    if rows.size < 3:
+        return stray
+    order = np.argsort(time_ns[rows], kind="stable")
+    s = time_ns[rows][order]
+    mid = s.size // 2
+    odd = np.zeros(s.size, dtype=bool)
+    # Differences of sorted int64 in uint64: exact even across the whole int64 range.
+    gaps = np.flatnonzero((s[1:].view(np.uint64) - s[:-1].view(np.uint64)) > _STRAY_GAP_NS)
+    below, above = gaps[gaps < mid], gaps[gaps >= mid]
+    if below.size:
+        odd[: int(below[-1]) + 1] = True
+    if above.size:
+        odd[int(above[0]) + 1 :] = True
+    if s[mid] >= _Y2000_NS:
+        odd |= s < _Y2000_NS
+    stray[rows[order[odd]]] = True
+    return stray
+
+
+def _frames(k: int) -> str:
+    return f"{k} frame" if k == 1 else f"{k} frames"
+
+
+def _stray_warning(time_ns: _I64, timed: _Bool, stray: _Bool) -> str:
+    """Says how many frames :func:`_stray_times` left out, and where the first one was."""
+    first = int(np.flatnonzero(stray)[0])
+    t = int(time_ns[first])
+    median = int(np.median(time_ns[timed])) if timed.any() else t
+    days = abs(t - median) / (86_400 * _NS)
+    gap = f"{days:,.0f} days" if days >= 2 else f"{days * 24:.0f} h"
+    try:
+        stamp = (datetime(1970, 1, 1, tzinfo=UTC) + timedelta(microseconds=t // 1000)).strftime(
+            "%Y-%m-%d %H:%M:%S UTC"
+        )
+    except OverflowError:
+        stamp = f"{t / _NS:.0f} s after 1970"
+    return (
+        f"{_frames(int(stray.sum()))} stamped far from the others left out of the time series "
+        f"(they count in packets and bytes): the first, frame {first + 1}, at {stamp}, {gap} "
+        f"{'before' if t < median else 'after'} the median frame (a NIC clock not yet "
+        "synchronised?); binned with the others, they would stretch the bins over the gap and "
+        "the traffic would read as idle"
+    )
+
+
 def _hash_words(words: Sequence[_U64]) -> _U64:
     """A 64-bit hash per row of key words given column by column (0 for an all-zero row)."""
     h = words[0] * np.uint64(_HASH_MUL[0])
@@ -1227,6 +1342,7 @@ class _Chunk:
     tns: _I64  # POSIX ns; 0 where untimed
     timed: _Bool | None  # None: every record is timed
     lts: _I64 | None  # link type per record (pcapng); None: _Meta.link_type for all
+    ifs: _I64 | None = None  # interface per record (pcapng: its _Iface.gid); None: one
 
 
 @dataclass(slots=True)
@@ -1236,6 +1352,8 @@ class _Meta:
     link_type: int = -1
     truncated: bool = False
     warn: list[str] = field(default_factory=list)
+    #: pcapng interfaces of every section, by _Iface.gid: their if_name, or "" without one.
+    iface_names: list[str] = field(default_factory=list)
 
 
 def _corrupt(path: Path, number: int, message: str, what: str = "block") -> InputFormatError:
@@ -1343,6 +1461,22 @@ class _Iface:
     mul: int  # time units -> ns: units * mul // div + offset_ns
     div: int
     offset_ns: int
+    gid: int = 0  # the interface's number in the file, over all sections (_Meta.iface_names)
+
+
+def _idb_name(buf: _Buf, start: int, stop: int, endian: str) -> str:
+    """An IDB's if_name option ("" without one), so that a warning can name the interface."""
+    head = struct.Struct(endian + "HH")
+    q = start
+    while stop - q >= 4:
+        code, olen = head.unpack_from(buf, q)
+        q += 4
+        if code == _OPT_END or olen > stop - q:
+            break
+        if code == _OPT_IF_NAME:
+            return bytes(buf[q : q + olen]).rstrip(b"\0").decode("utf-8", "replace")
+        q += (olen + 3) & ~3
+    return ""
 
 
 def _parse_idb_options(
@@ -1575,10 +1709,12 @@ def _ng_flush(
         origs = np.maximum(origs, caps)
     lt_of = np.array([f.link_type for f in ifaces] or [0], dtype=np.int64)
     lts = lt_of[np.minimum(if_id, lt_of.size - 1)]
+    gid_of = np.array([f.gid for f in ifaces] or [0], dtype=np.int64)
+    ifs = gid_of[np.minimum(if_id, gid_of.size - 1)]
     b.reset()
     if stop == 0:
         return None
-    return _Chunk(offs, caps, origs, tns, None if timed.all() else timed, lts)
+    return _Chunk(offs, caps, origs, tns, None if timed.all() else timed, lts, ifs)
 
 
 def _scan_pcapng(buf: _Buf, size: int, path: Path, meta: _Meta) -> Iterator[_Chunk]:
@@ -1697,7 +1833,8 @@ def _scan_pcapng(buf: _Buf, size: int, path: Path, meta: _Meta) -> Iterator[_Chu
             mul, div, off_ns = _parse_idb_options(
                 buf, pos + 16, body_end, endian=endian, path=path, number=number
             )
-            ifaces.append(_Iface(lt, snap, mul, div, off_ns))
+            ifaces.append(_Iface(lt, snap, mul, div, off_ns, len(meta.iface_names)))
+            meta.iface_names.append(_idb_name(buf, pos + 16, body_end, endian))
             if meta.link_type < 0:
                 meta.link_type = lt
         elif btype in (_BT_EPB, _BT_OPB):
@@ -2199,6 +2336,7 @@ class _Totals:
     qps: list[_U64] = field(default_factory=list)
     per_frame: dict[str, list[np.ndarray]] = field(default_factory=dict)
     interfaces: set[int] = field(default_factory=set)  # SLL2 interface indexes
+    ifaces: set[int] = field(default_factory=set)  # pcapng interfaces (_Iface.gid)
 
     def keep(self, name: str, values: np.ndarray) -> None:
         self.per_frame.setdefault(name, []).append(values)
@@ -2252,6 +2390,7 @@ def _analyse(buf: _Buf, chunks: Iterable[_Chunk], meta: _Meta) -> Capture:
         cols = _decode_chunk(g, buf, chunk, meta.link_type)
         matcher.add(cols, chunk.tns, chunk.timed)
         origs = _without_erf_headers(g, chunk, meta.link_type)
+        origs = _cooked_to_wire(g, chunk, meta.link_type, origs)
         tot.packets += int(origs.size)
         tot.skipped += int(origs.size - np.count_nonzero(cols["decoded"]))
         tot.roce += int(np.count_nonzero(cols["roce"]))
@@ -2272,6 +2411,8 @@ def _analyse(buf: _Buf, chunks: Iterable[_Chunk], meta: _Meta) -> Capture:
             tot.keep(name, cols[name])
         ifindex = cols["ifindex"]
         tot.interfaces.update(np.unique(ifindex[ifindex >= 0]).tolist())
+        if chunk.ifs is not None:
+            tot.ifaces.update(np.unique(chunk.ifs).tolist())
 
     n = tot.packets
     length = tot.column("length", np.int64)
@@ -2289,6 +2430,11 @@ def _analyse(buf: _Buf, chunks: Iterable[_Chunk], meta: _Meta) -> Capture:
     if typed.any():
         is_tx = np.where(typed, pkttype == PACKET_OUTGOING, is_tx)
     time_s = (time_ns // _NS).astype(np.float64) + (time_ns % _NS).astype(np.float64) / 1e9
+    warn = list(meta.warn)
+    stray = _stray_times(time_ns, timed)
+    if stray.any():
+        timed = timed & ~stray
+        warn.append(_stray_warning(time_ns, timed, stray))
     first = last = None
     if n:
         if timed.all():
@@ -2300,7 +2446,6 @@ def _analyse(buf: _Buf, chunks: Iterable[_Chunk], meta: _Meta) -> Capture:
     flows = _count_keys(tot.flows)
     qps = _count_keys(tot.qps)
     samples = matcher.result(local)
-    warn = list(meta.warn)
     if guessed and not typed.all():
         warn.append(_TWO_PORTS if meta.link_type in _LINKTYPES_IB else _TWO_HOSTS)
     if n and local is None and not typed.any():
@@ -2311,7 +2456,15 @@ def _analyse(buf: _Buf, chunks: Iterable[_Chunk], meta: _Meta) -> Capture:
             "direction's; capture on the Ethernet/RoCE interface, or with `tcpdump -i any`, "
             "for each direction"
         )
-    if len(tot.interfaces) > 1:
+    if len(tot.ifaces) > 1:
+        names = [meta.iface_names[k] or f"interface #{k}" for k in sorted(tot.ifaces)]
+        listed = ", ".join(names[:8]) + (", ..." if len(names) > 8 else "")
+        warn.append(
+            f"frames of {len(names)} interfaces ({listed}) are summed: traffic that crosses a "
+            "bridge, a bond or a tunnel (a VXLAN and the device under it) is counted on each "
+            "interface it crosses; capture on the physical NICs for B and D"
+        )
+    elif len(tot.interfaces) > 1:
         warn.append(
             f"frames of {len(tot.interfaces)} interfaces (a `-i any` capture) are summed: "
             "traffic that crosses a bridge, a bond or a tunnel is counted on each interface it "
@@ -2386,8 +2539,7 @@ _OTHER_MAGIC = {
     b"\xa1\xb2\xcd\x34": "; it is Kuznetzov's modified pcap: `editcap -F pcap` converts it",
     b"\x34\xcd\xb2\xa1": "; it is Kuznetzov's modified pcap: `editcap -F pcap` converts it",
 }
-_GZIP_MAGIC = b"\x1f\x8b"
-_GZIP_CHUNK = 1 << 20
+_INFLATE_CHUNK = 1 << 20
 
 
 def parse_capture(data: bytes | bytearray | memoryview, *, name: str = "<bytes>") -> Capture:
@@ -2410,7 +2562,9 @@ def read_capture(path: Path) -> Capture:
     """Read an offline pcap (µs or ns, either byte order) or pcapng capture.
 
     The file is memory-mapped, so a capture larger than memory can be read; frames are decoded
-    in place. See the module docstring for how malformed files are treated.
+    in place. A gzip-, bzip2- or xz-compressed capture is inflated first (told by its leading
+    bytes, as every input is); a zstd one is refused with what to run. See the module
+    docstring for how malformed files are treated.
 
     Args:
         path: The capture file.
@@ -2423,13 +2577,16 @@ def read_capture(path: Path) -> Capture:
     """
     path = Path(path)
     try:
-        with path.open("rb") as f:
-            if f.peek(2)[:2] == _GZIP_MAGIC:
-                return _read_gzip(f, path)
+        # The text readers' opener: the same formats, the same refusal of zstd.
+        stream, compression = open_binary(path)
+        with stream:
+            if compression is not None:
+                with path.open("rb") as raw:
+                    return _read_compressed(raw, compression, path)
             try:
-                mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+                mm = mmap.mmap(stream.fileno(), 0, access=mmap.ACCESS_READ)
             except (ValueError, OSError):  # empty file, pipe, or a file system without mmap
-                return _parse(f.read(), path)
+                return _parse(stream.read(), path)
             try:
                 return _parse(mm, path)
             finally:
@@ -2438,33 +2595,56 @@ def read_capture(path: Path) -> Capture:
         raise InputFormatError(path, f"cannot read the file: {exc.strerror or exc}") from exc
 
 
-def _read_gzip(f: BinaryIO, path: Path) -> Capture:
-    """A gzip-compressed capture (``.pcap.gz``, as Wireshark reads it), inflated first.
+class _Inflater(Protocol):
+    """What zlib's, bz2's and lzma's incremental decompressors have in common."""
+
+    @property
+    def eof(self) -> bool: ...
+
+    @property
+    def unused_data(self) -> bytes: ...
+
+    def decompress(self, data: bytes) -> bytes: ...
+
+
+def _inflater(compression: str) -> _Inflater:
+    if compression == "bzip2":
+        return bz2.BZ2Decompressor()
+    if compression == "xz":
+        return lzma.LZMADecompressor()
+    return zlib.decompressobj(wbits=31)  # gzip framing
+
+
+def _read_compressed(f: BinaryIO, compression: str, path: Path) -> Capture:
+    """A compressed capture (``.pcap.gz``, ``.pcap.bz2``, ``.pcap.xz``), inflated first.
 
     It goes to an unnamed temporary file, mapped and read from there like any other.
-
-    A compressed stream cut short keeps what it inflated to (the capture reader then says
-    where the last record was cut), with a warning.
+    Incremental decompressors rather than the file objects the text readers use, so that a
+    stream cut short keeps every byte it inflated to (the capture reader then says where the
+    last record was cut), with a warning; concatenated streams (``pbzip2``) are all read.
     """
     cut: str | None = None
     with tempfile.TemporaryFile() as tmp:
-        inflate = zlib.decompressobj(wbits=31)  # gzip framing
-        try:
-            while data := f.read(_GZIP_CHUNK):
-                while data:
+        inflate = _inflater(compression)
+        while data := f.read(_INFLATE_CHUNK):
+            while data:
+                try:
                     tmp.write(inflate.decompress(data))
-                    data = inflate.unused_data  # a next gzip member (files concatenated)
-                    if data:
-                        inflate = zlib.decompressobj(wbits=31)
-            if not inflate.eof:
-                cut = "the gzip stream ends early (a cut download or copy?): read what it held"
-        except zlib.error as exc:
-            raise InputFormatError(
-                path, f"gzip-compressed, but it does not inflate: {exc}"
-            ) from exc
+                except (zlib.error, lzma.LZMAError, OSError, EOFError, ValueError) as exc:
+                    # (bz2 says "Invalid data stream" as an OSError)
+                    raise InputFormatError(
+                        path, f"{compression}-compressed, but it does not inflate: {exc}"
+                    ) from exc
+                data = inflate.unused_data  # a next stream (files concatenated)
+                if data:
+                    inflate = _inflater(compression)
+        if not inflate.eof:
+            cut = (
+                f"the {compression} stream ends early (a cut download or copy?): read what it held"
+            )
         tmp.flush()
         if tmp.tell() == 0:
-            raise InputFormatError(path, "gzip-compressed, but it inflates to nothing")
+            raise InputFormatError(path, f"{compression}-compressed, but it inflates to nothing")
         mm = mmap.mmap(tmp.fileno(), 0, access=mmap.ACCESS_READ)
         try:
             capture = _parse(mm, path)

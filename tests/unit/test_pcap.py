@@ -916,6 +916,8 @@ class _RefRecords:
         self.link_type = -1
         self.truncated = False
         self.warn: list[str] = []
+        self.ifs: list[int] = []  # pcapng: each packet's interface, numbered over the file
+        self.iface_names: list[str] = []
 
 
 def _ref_scan_pcap(buf: bytes, size: int, path: Path) -> _RefRecords:
@@ -1033,7 +1035,8 @@ def _ref_scan_pcapng(buf: bytes, size: int, path: Path) -> _RefRecords:
             mul, div, off_ns = pcap_mod._parse_idb_options(
                 buf, pos + 16, body_end, endian=endian, path=path, number=number
             )
-            ifaces.append(pcap_mod._Iface(lt, snap, mul, div, off_ns))
+            ifaces.append(pcap_mod._Iface(lt, snap, mul, div, off_ns, len(recs.iface_names)))
+            recs.iface_names.append(pcap_mod._idb_name(buf, pos + 16, body_end, endian))
             if recs.link_type < 0:
                 recs.link_type = lt
         elif btype in (6, 2):
@@ -1083,6 +1086,7 @@ def _ref_scan_pcapng(buf: bytes, size: int, path: Path) -> _RefRecords:
             recs.origs.append(origlen)
             recs.tns.append(t)
             recs.link_types.append(iface.link_type)
+            recs.ifs.append(iface.gid)
         pos += blen
     if oversized:
         recs.warn.append(
@@ -1113,13 +1117,17 @@ def _ref_analyse(buf: bytes, recs: _RefRecords) -> Capture:
     qps: set[tuple[object, ...]] = set()
     roce = cnp = skipped = tcp_bytes = udp_bytes = acks = naks = seq_naks = 0
     lts = recs.link_types if recs.link_types is not None else [recs.link_type] * n
+    # ibdump counts its ERF header in the original length: it never was on the wire; a Linux
+    # cooked header stands in the original length for the device's (Ethernet: 14 bytes).
+    rows = zip(recs.offs, recs.caps, recs.origs, lts, strict=True)
+    wires = [_ref_wire(buf, off, cap, orig, lt) for off, cap, orig, lt in rows]
     # RC requests and ACKs: (time, record, is ACK, key in the request's orientation, src MAC).
     rc: list[tuple[int, int, bool, tuple[object, ...], bytes]] = []
     # Linux cooked headers: the packet type (the direction) and SLL2's interface index.
     pkttypes: list[int] = []
     interfaces: set[int] = set()
     for idx, (off, caplen, orig, lt, t) in enumerate(
-        zip(recs.offs, recs.caps, recs.origs, lts, recs.tns, strict=True)
+        zip(recs.offs, recs.caps, wires, lts, recs.tns, strict=True)
     ):
         pkttype = -1
         if lt == 113 and caplen >= 2:
@@ -1191,23 +1199,42 @@ def _ref_analyse(buf: bytes, recs: _RefRecords) -> Capture:
     is_tx = np.array(
         [s == local if k < 0 else k == 4 for s, k in zip(srcs, pkttypes, strict=True)], dtype=bool
     )
-    timed = [t for t in recs.tns if t is not None]
+    warn = list(recs.warn)
+    tns = list(recs.tns)
+    stray = _ref_stray(tns)
+    if stray:
+        first_stray = tns[stray[0]]
+        assert first_stray is not None
+        left = sorted(t for i, t in enumerate(tns) if t is not None and i not in set(stray))
+        median = int(np.median(np.array(left, dtype=np.int64))) if left else first_stray
+        days = abs(first_stray - median) / 86_400e9
+        gap = f"{days:,.0f} days" if days >= 2 else f"{days * 24:.0f} h"
+        import datetime as dt
+
+        try:
+            when = dt.datetime(1970, 1, 1, tzinfo=dt.UTC) + dt.timedelta(
+                microseconds=first_stray // 1000
+            )
+            stamp = when.strftime("%Y-%m-%d %H:%M:%S UTC")
+        except OverflowError:
+            stamp = f"{first_stray / 1e9:.0f} s after 1970"
+        count = f"{len(stray)} frame" + ("s" if len(stray) > 1 else "")
+        warn.append(
+            f"{count} stamped far from the others left out of the time series (they count in "
+            f"packets and bytes): the first, frame {stray[0] + 1}, at {stamp}, {gap} "
+            f"{'before' if first_stray < median else 'after'} the median frame (a NIC clock not "
+            "yet synchronised?); binned with the others, they would stretch the bins over the "
+            "gap and the traffic would read as idle"
+        )
+    timed = [t for i, t in enumerate(tns) if t is not None and i not in set(stray)]
     ns = 1_000_000_000
     time_ns = np.array([t if t is not None else 0 for t in recs.tns], dtype=np.int64)
     time_s = (time_ns // ns).astype(np.float64) + (time_ns % ns).astype(np.float64) / 1e9
     time_s[np.array([t is None for t in recs.tns], dtype=bool)] = np.nan
+    time_s[stray] = np.nan
     first = min(timed) if timed else None
     last = max(timed) if timed else None
-    # ibdump counts its ERF header in the original length: it never was on the wire.
-    erf_heads = [
-        _ref_erf_header(buf, off, cap) if lt == 197 else None
-        for off, cap, lt in zip(recs.offs, recs.caps, lts, strict=True)
-    ]
-    length = np.array(
-        [o if h is None else max(o - h, 0) for o, h in zip(recs.origs, erf_heads, strict=True)],
-        dtype=np.int64,
-    )
-    warn = list(recs.warn)
+    length = np.array(wires, dtype=np.int64)
     if guessed and not all(k >= 0 for k in pkttypes):
         if recs.link_type in (197, 247):
             warn.append(
@@ -1227,7 +1254,15 @@ def _ref_analyse(buf: bytes, recs: _RefRecords) -> Capture:
             "direction's; capture on the Ethernet/RoCE interface, or with `tcpdump -i any`, "
             "for each direction"
         )
-    if len(interfaces) > 1:
+    if len(set(recs.ifs)) > 1:
+        names = [recs.iface_names[k] or f"interface #{k}" for k in sorted(set(recs.ifs))]
+        listed = ", ".join(names[:8]) + (", ..." if len(names) > 8 else "")
+        warn.append(
+            f"frames of {len(names)} interfaces ({listed}) are summed: traffic that crosses a "
+            "bridge, a bond or a tunnel (a VXLAN and the device under it) is counted on each "
+            "interface it crosses; capture on the physical NICs for B and D"
+        )
+    elif len(interfaces) > 1:
         warn.append(
             f"frames of {len(interfaces)} interfaces (a `-i any` capture) are summed: traffic "
             "that crosses a bridge, a bond or a tunnel is counted on each interface it crosses; "
@@ -1262,6 +1297,42 @@ def _ref_analyse(buf: bytes, recs: _RefRecords) -> Capture:
 
 
 RC_REQUESTS = {*range(0x0D), 0x13, 0x14, 0x16, 0x17}
+
+
+def _ref_wire(buf: bytes, off: int, cap: int, orig: int, lt: int) -> int:
+    """A record's length on the wire: an ERF header off; a cooked header off, and an Ethernet
+    header on where its ARPHRD type (SLL bytes 2-3, SLL2 8-9; not captured: taken as
+    Ethernet) is Ethernet (1) or loopback (772)."""
+    if lt == 197:
+        h = _ref_erf_header(buf, off, cap)
+        return orig if h is None else max(orig - h, 0)
+    if lt in (113, 276):
+        at, head = (2, 16) if lt == 113 else (8, 20)
+        hatype = int.from_bytes(buf[off + at : off + at + 2], "big") if cap >= at + 2 else None
+        return max(orig - head + (14 if hatype in (None, 1, 772) else 0), 0)
+    return orig
+
+
+def _ref_stray(tns: list[int | None]) -> list[int]:
+    """Records (in file order) stamped before 2000 while the median is later, or cut off from
+    the median frame by a gap of over a day; none with fewer than three timed frames."""
+    timed = sorted((t, i) for i, t in enumerate(tns) if t is not None)
+    if len(timed) < 3:
+        return []
+    mid = len(timed) // 2
+    day, y2000 = 86_400 * 10**9, 946_684_800 * 10**9
+    odd = set()
+    for k in range(mid, 0, -1):  # down from the median: all below the first long gap
+        if timed[k][0] - timed[k - 1][0] > day:
+            odd.update(i for _, i in timed[:k])
+            break
+    for k in range(mid, len(timed) - 1):
+        if timed[k + 1][0] - timed[k][0] > day:
+            odd.update(i for _, i in timed[k + 1 :])
+            break
+    if timed[mid][0] >= y2000:
+        odd.update(i for t, i in timed if t < y2000)
+    return sorted(odd)
 
 
 def _ref_ack_latency(

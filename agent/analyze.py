@@ -290,13 +290,15 @@ def _without_glitches(
     return present, count
 
 
-def _gpu(paths: Sequence[Path]) -> GpuSamples:
+def _gpu(paths: Sequence[Path], notes: list[str]) -> GpuSamples:
+    """The files' GPU samples, GPUs numbered across files; what their rows lost goes to notes."""
     times: list[npt.NDArray[np.float64]] = []
     gpus: list[npt.NDArray[np.int64]] = []
     signals: dict[str, list[npt.NDArray[np.float64]]] = {}
     offset = 0
     for path in paths:
         table = read_gpu_csv(path)
+        notes += [f"{path}: {w}" for w in table.warnings]
         times.append(table.times)
         gpus.append(table.gpu + offset)
         offset += int(table.gpu.max()) + 1
@@ -731,12 +733,12 @@ def analyze_files(
     sources: dict[str, list[str]] = {}
     extra: dict[str, Any] = {}
     capture_notes: list[str] = []
-    counter_notes: list[str] = []
+    input_notes: list[str] = []
     network: dict[Direction, GridSeries] = {}
     network_source: str | None = None
     counter_dt: float | None = None
     if counters:
-        network, counter_dt, counter_notes = _counters(counters)
+        network, counter_dt, input_notes = _counters(counters)
         network_source = "counters"
         sources["counters"] = [str(p) for p in counters]
     pcap_fine: Grids | None = None
@@ -751,7 +753,7 @@ def analyze_files(
         else:
             pcap_fine = None
     network = _without_idle_ends(network)
-    gpu_samples = _gpu(gpu) if gpu else None
+    gpu_samples = _gpu(gpu, input_notes) if gpu else None
     if gpu:
         sources["gpu"] = [str(p) for p in gpu]
     mix: CollectiveMix | None = None
@@ -795,8 +797,8 @@ def analyze_files(
     if network:
         inputs, est = _one_job(network, inputs, est)
         inputs, est = _step_parts(dict(inputs.network), inputs, est)
-    if capture_notes or counter_notes:
-        est = replace(est, warnings=(*est.warnings, *counter_notes, *capture_notes))
+    if capture_notes or input_notes:
+        est = replace(est, warnings=(*est.warnings, *input_notes, *capture_notes))
     if not network and mix is None and gpu_samples is None:
         est = replace(est, regime="unknown")  # Inspector records alone say nothing of traffic
     if summary is not None and summary.ray_folded_calls:

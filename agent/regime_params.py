@@ -82,12 +82,17 @@ def comm_name(key: CallKey) -> str:
     return key.comm_id if key.comm_id else f"{key.process}:{key.comm}"
 
 
+#: A communicator with under this share of the busiest one's calls is not the job's step.
+MIN_COMM_CALL_SHARE = 0.05
+
+
 def _largest_comm(table: CallTable) -> tuple[str, int | None, npt.NDArray[np.bool_]] | None:
     """(name, nranks, row mask) of the communicator with the most ranks, then the most calls.
 
-    The data-parallel communicator is the largest: its ReduceScatter/AllGather are ZeRO's, while
-    a smaller tensor-parallel communicator's AllGathers would blur the stage ratio. Ties go to
-    the smallest name, so every host names the same one.
+    Only communicators with at least 5 % of the busiest one's calls count. The data-parallel
+    communicator is the largest: its ReduceScatter/AllGather are ZeRO's, while a smaller
+    tensor-parallel communicator's AllGathers would blur the stage ratio. Ties go to the
+    smallest name, so every host names the same one.
     """
     known = table.key_ids[table.key_ids >= 0]
     if known.size == 0:
@@ -98,7 +103,11 @@ def _largest_comm(table: CallTable) -> tuple[str, int | None, npt.NDArray[np.boo
         name = comm_name(key)
         ranks, seen = size.get(name, (0, 0))
         size[name] = (max(ranks, key.nranks or 0), seen + calls)
-    best = min(size, key=lambda k: (-size[k][0], -size[k][1], k))
+    busiest = max(seen for _, seen in size.values())
+    # A communicator of an init barrier or a one-off broadcast is no step's: the world comm of
+    # a TP x DP split logs one AllReduce, and was taken over the DP comm's thousands of calls.
+    active = [k for k, (_, seen) in size.items() if seen >= MIN_COMM_CALL_SHARE * busiest]
+    best = min(active, key=lambda k: (-size[k][0], -size[k][1], k))
     member = np.asarray([comm_name(k) == best for k in table.keys] + [False])
     return best, size[best][0] or None, member[table.key_ids]
 

@@ -345,7 +345,8 @@ _INIT_RE: Final = _rx(
     r" rank (?P<rank>-?\d{1,10}) nranks (?P<nranks>\d{1,10})"
     r"(?: cudaDev (?P<cudadev>-?\d{1,10}))?(?: nvmlDev (?P<nvmldev>-?\d{1,10}))?"
     r"(?: busId (?P<busid>[0-9a-fA-F]{1,16}))?(?: parent (?P<parent>" + _PTR + r"))?"
-    r"(?: (?:splitCount|childCount) -?\d{1,10})?(?: color -?\d{1,10} key -?\d{1,10})?"
+    r"(?: (?:splitCount|childCount) (?P<split>-?\d{1,10}))?"
+    r"(?: color (?P<color>-?\d{1,10}) key -?\d{1,10})?"
     r"(?: commId 0x(?P<commid>[0-9a-fA-F]{1,16}))? ?- (?:Init )?(?P<phase>START|COMPLETE)"
 )
 
@@ -458,6 +459,9 @@ class InitLine:
     tid: int | None = None
     dev: int | None = None
     timestamp_s: float | None = None
+    #: ``splitCount:color`` of a split (2.23+ print no commId for it): with the parent's
+    #: commId, the same on every rank of the child communicator.
+    split: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -729,6 +733,7 @@ def _init_line(m: re.Match[str], where: _Where, phase: Literal["START", "COMPLET
         tid=tid,
         dev=dev,
         timestamp_s=ts,
+        split=f"{g['split']}:{g['color']}" if g.get("split") and g.get("color") else None,
     )
 
 
@@ -1713,6 +1718,18 @@ class NcclLogAccumulator:
                 self._pids[pid] = None
         return idx
 
+    def _split_id(self, event: InitLine) -> str | None:
+        """A split communicator's name from its parent's commId, its split count and colour.
+
+        NCCL 2.23+ print no commId for ``ncclCommSplit``: without one, each rank's child was a
+        communicator of its own (8 ranks of a TP x DP split read as 16 comms of 1 rank here).
+        """
+        if event.parent is None or event.split is None:
+            return None
+        parent = self._comm_index.get((event.host, event.pid, event.parent))
+        parent_id = self._comm_states[parent].comm_id if parent is not None else None
+        return f"{parent_id}/split{event.split}" if parent_id else None
+
     def _see_nranks(self, nranks: int | None) -> None:
         if nranks is not None and (self._nranks is None or nranks > self._nranks):
             self._nranks = nranks
@@ -1744,7 +1761,7 @@ class NcclLogAccumulator:
             st.nranks = event.nranks
             st.cuda_dev = event.cuda_dev if event.cuda_dev is not None else st.cuda_dev
             st.bus_id = event.bus_id or st.bus_id
-            st.comm_id = event.comm_id or st.comm_id
+            st.comm_id = event.comm_id or st.comm_id or self._split_id(event)
             st.init_complete = st.init_complete or event.phase == "COMPLETE"
             self._see_nranks(event.nranks)
         elif isinstance(event, TopologyLine):

@@ -122,3 +122,41 @@ def test_ray_log_deduplication_is_said(tmp_path: Path) -> None:
     note = next(w for w in est.warnings if "across cluster" in w)
     assert "left 20 calls of other ranks out" in note
     assert "RAY_DEDUP_LOGS=0" in note
+
+
+def test_split_communicators_of_nccl_2_27_are_joined_across_ranks(tmp_path: Path) -> None:
+    """From NCCL 2.23 a split prints its parent and colour but no commId: each rank's child
+    was a communicator of its own (8 ranks of a 2-way split: 8 comms of 1 rank), and the
+    world communicator's one AllReduce was taken for the job's step collectives."""
+    lines = ["node0:3000:3000 [0] NCCL INFO NCCL version 2.27.3+cuda12.9"]
+    for r in range(8):
+        host, pid = f"node{r // 4}", 3000 + r
+        head = f"{host}:{pid}:{pid + 77} [{r % 4}] NCCL INFO "
+        lines.append(
+            head + f"ncclCommInitRankConfig comm 0x5500000000{r:02x} rank {r} nranks 8 cudaDev "
+            f"{r % 4} nvmlDev {r % 4} busId 18000 commId 0xabcdef0123456789 - Init COMPLETE"
+        )
+        lines.append(
+            head + "AllReduce: opCount 0 sendbuff 0x7f0000000000 recvbuff 0x7f0000000000 "
+            f"count 1 datatype 7 op 0 root 0 comm 0x5500000000{r:02x} [nranks=8] stream 0x558"
+        )
+        lines.append(
+            head + f"ncclCommSplit comm 0x5522000000{r:02x} rank {r // 2} nranks 4 cudaDev "
+            f"{r % 4} nvmlDev {r % 4} busId 18000 parent 0x5500000000{r:02x} splitCount 1 "
+            f"color {r % 2} key {r} - Init COMPLETE"
+        )
+        lines += [
+            head + f"ReduceScatter: opCount {k:x} sendbuff 0x7f0000000000 recvbuff "
+            f"0x7f0000000000 count 1048576 datatype 7 op 0 root 0 comm 0x5522000000{r:02x} "
+            "[nranks=4] stream 0x558"
+            for k in range(100)
+        ]
+    result = analyze_files(nccl_logs=[_write(tmp_path / "split.log", lines)])
+    comms = {c["comm"]: c for c in result.extra["nccl"]["communicators"]}
+    assert set(comms) == {
+        "abcdef0123456789",
+        "abcdef0123456789/split1:0",
+        "abcdef0123456789/split1:1",
+    }
+    assert [comms[f"abcdef0123456789/split1:{c}"]["ranks_here"] for c in (0, 1)] == [4, 4]
+    assert result.extra["sharding"]["comm"].startswith("abcdef0123456789/split1:")

@@ -615,6 +615,20 @@ def _line_time(line: str) -> float | None:
     return parse_timestamp(m[1]) if m is not None else None
 
 
+def _finer_lead(line: str) -> float | None:
+    """The line's leading timestamp when it has a fraction of a second (else None).
+
+    ``kubectl logs --timestamps`` puts nanosecond stamps before NCCL's whole-second default
+    ones: steps under a second are timed by the former (a 0.5 s job read as no period).
+    """
+    if not line[:1].isdigit() and not line.startswith("["):
+        return None
+    m = _LEAD_TS_RE.match(line)
+    if m is None or ("." not in m[1] and "," not in m[1]):
+        return None
+    return parse_timestamp(m[1])
+
+
 def _plain(line: str) -> str:
     """The line without terminal escape sequences (colours a launcher or a wrapper added)."""
     return _ANSI_RE.sub("", line) if "\x1b" in line else line
@@ -867,6 +881,8 @@ def _records(line: str) -> tuple[list[NcclEvent], int]:
         msg = line[p.end() : end]
         ts_text = p["ts"]
         ts = parse_timestamp(ts_text) if ts_text is not None else lead
+        if ts_text is not None and "." not in ts_text and "," not in ts_text:
+            ts = _finer_lead(line) or ts
         host, pid, tid, dev = _unglued(p["host"]), int(p["pid"]), int(p["tid"]), int(p["dev"])
         if p["level"] == "WARN":
             events.append(
@@ -1531,6 +1547,9 @@ class NcclLogAccumulator:
                 if sec is None:
                     lead = _line_time(line)
                     self._times.append(_NAN if lead is None else lead)
+                    return
+                if frac is None and m.start(1) > 1 and (fine := _finer_lead(line)) is not None:
+                    self._times.append(fine)  # a finer stamp before NCCL's whole seconds
                     return
                 # Inlined parse_timestamp, with the whole-second part memoised.
                 base = self._sec_cache.get(sec)

@@ -160,3 +160,19 @@ def test_split_communicators_of_nccl_2_27_are_joined_across_ranks(tmp_path: Path
     }
     assert [comms[f"abcdef0123456789/split1:{c}"]["ranks_here"] for c in (0, 1)] == [4, 4]
     assert result.extra["sharding"]["comm"].startswith("abcdef0123456789/split1:")
+
+
+def test_kubectl_nanosecond_stamps_time_steps_that_nccls_whole_seconds_cannot(
+    tmp_path: Path,
+) -> None:
+    """`kubectl logs --timestamps` of a job with NCCL's default "[%F %T] " stamps: the
+    nanosecond stamps in front time the 0.5 s steps; the whole seconds read as no period."""
+    lines = []
+    for step in range(60):
+        for k in range(2):
+            t = 0.5 * step + 0.002 * k
+            fine = (START + timedelta(seconds=t)).strftime("%Y-%m-%dT%H:%M:%S.%f000Z ")
+            whole = (START + timedelta(seconds=int(t))).strftime("[%Y-%m-%d %H:%M:%S] ")
+            lines.append(fine + whole + _coll(t, 0, 2 * step + k, stamp=False))
+    est = analyze_files(nccl_logs=[_write(tmp_path / "kubectl.log", lines)]).estimate
+    assert est.period_s == pytest.approx(0.5, rel=0.002)

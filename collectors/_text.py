@@ -19,11 +19,35 @@ from typing import TypeVar
 
 from agent.errors import InputFormatError
 
-__all__ = ["inflated_chunks", "open_binary", "read_text_file", "text_lines"]
+__all__ = ["Skipped", "inflated_chunks", "open_binary", "read_text_file", "text_lines"]
 
 T = TypeVar("T")
 
 log = logging.getLogger(__name__)
+
+
+class Skipped:
+    """Rows or cells of one kind that a reader left out: how many, and the first one.
+
+    A recording with a few bad rows is still read; its warnings say what was lost and where.
+    """
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+        self.count = 0
+        self.first: tuple[int, str] | None = None
+
+    def add(self, lineno: int, why: str) -> None:
+        self.count += 1
+        if self.first is None:
+            self.first = (lineno, why)
+
+    def note(self) -> str | None:
+        if self.first is None:
+            return None
+        line, why = self.first
+        return f"{self.count} {self.what} (first at line {line}: {why})"
+
 
 #: Leading bytes of each compression this reads, and its name.
 _MAGIC: tuple[tuple[bytes, str], ...] = (

@@ -32,7 +32,7 @@ import numpy as np
 import numpy.typing as npt
 
 from agent.errors import InputFormatError
-from collectors._text import read_text_file
+from collectors._text import Skipped, read_text_file
 
 __all__ = ["CounterTable", "parse_counters_csv", "read_counters_csv"]
 
@@ -97,26 +97,6 @@ def _parse_time(cell: str) -> float:
     return stamp.timestamp()
 
 
-class _Skipped:
-    """Rows or cells of one kind that were left out: how many, and the first one."""
-
-    def __init__(self, what: str) -> None:
-        self.what = what
-        self.count = 0
-        self.first: tuple[int, str] | None = None
-
-    def add(self, lineno: int, why: str) -> None:
-        self.count += 1
-        if self.first is None:
-            self.first = (lineno, why)
-
-    def note(self) -> str | None:
-        if self.first is None:
-            return None
-        line, why = self.first
-        return f"{self.count} {self.what} (first at line {line}: {why})"
-
-
 def _delimiter(header: str) -> str:
     """The header's field separator: a comma, else a tab or a semicolon.
 
@@ -178,11 +158,11 @@ def parse_counters_csv(lines: Iterable[str], *, path: Path | str = "<counters>")
     times = array.array("d")
     cols = [array.array("Q") for _ in names]
     present = [bytearray() for _ in names]
-    bad_rows = _Skipped("row(s) could not be read and were left out")
-    back = _Skipped("row(s) went back in time (a clock step?) and were left out")
-    bad_cells = _Skipped("cell(s) held no counter and were read as gaps")
-    cut = _Skipped("unfinished last line (the file was still being written?) left out")
-    rounded = _Skipped("cell(s) held a counter in scientific notation, rounded to a few digits")
+    bad_rows = Skipped("row(s) could not be read and were left out")
+    back = Skipped("row(s) went back in time (a clock step?) and were left out")
+    bad_cells = Skipped("cell(s) held no counter and were read as gaps")
+    cut = Skipped("unfinished last line (the file was still being written?) left out")
+    rounded = Skipped("cell(s) held a counter in scientific notation, rounded to a few digits")
     coarsest = 1
     last_t = -math.inf
     pending: tuple[int, str] | None = None  # held back one line: the last may be unfinished

@@ -44,7 +44,7 @@ from agent.errors import ConfigError, InputFormatError, SourceUnavailable
 from collectors._base import Emit, GpuReading, Reading
 from collectors._config import check_interval, doc
 from collectors._sampler import Sampler
-from collectors._text import read_text_file
+from collectors._text import Skipped, read_text_file
 from collectors.nccl_tail import Tailer
 
 __all__ = [
@@ -106,26 +106,6 @@ class _BadRow(InputFormatError):
 
 class _CutRow(_BadRow):
     """The unfinished last line of a file that was still being written."""
-
-
-class _Skipped:
-    """Rows of one kind that were left out: how many, and the first one."""
-
-    def __init__(self, what: str) -> None:
-        self.what = what
-        self.count = 0
-        self.first: tuple[int, str] | None = None
-
-    def add(self, lineno: int, why: str) -> None:
-        self.count += 1
-        if self.first is None:
-            self.first = (lineno, why)
-
-    def note(self) -> str | None:
-        if self.first is None:
-            return None
-        line, why = self.first
-        return f"{self.count} {self.what} (first at line {line}: {why})"
 
 
 def _smi_time(cell: str) -> float:
@@ -396,8 +376,8 @@ def parse_gpu_csv(lines: Iterable[str], *, path: Path | str = "<gpu>") -> GpuTab
     times: list[float] = []
     gpus: list[int] = []
     values: dict[str, list[float]] = {}
-    bad_rows = _Skipped("row(s) could not be read and were left out")
-    cut = _Skipped("unfinished last line (the file was still being written?) left out")
+    bad_rows = Skipped("row(s) could not be read and were left out")
+    cut = Skipped("unfinished last line (the file was still being written?) left out")
     seen_any = False
 
     def take(raw: str, final: bool) -> None:

@@ -757,6 +757,12 @@ class _DeviceState:
     mark: dict[str, tuple[float, int]] = field(default_factory=dict)  # at the previous hop
     largest: dict[str, float] = field(default_factory=dict)
     rates: dict[str, float | None] = field(default_factory=dict)
+    idle_hops: dict[str, int] = field(default_factory=dict)  # hops without a new read
+
+
+#: Hops a device's last rate is shown again without a new read (a poll slower than the hop);
+#: after that it has no rate: a device no longer read must not show its last one forever.
+MAX_REPEATED_HOPS = 3
 
 
 def split_column(column: str) -> tuple[str, Direction] | None:
@@ -834,8 +840,11 @@ class DeviceTable:
                     if delta is not None:
                         st.largest[direction] = max(st.largest.get(direction, 0.0), float(delta))
                         rate = delta / (t - prev[0])
-                elif prev is not None:
-                    rate = st.rates.get(direction)  # no new read since the last hop
+                elif prev is not None:  # no new read since the last hop
+                    idle = st.idle_hops[direction] = st.idle_hops.get(direction, 0) + 1
+                    rate = st.rates.get(direction) if idle <= MAX_REPEATED_HOPS else None
+                if prev is None or t > prev[0]:
+                    st.idle_hops[direction] = 0
                 st.rates[direction] = rate
                 st.mark[direction] = (t, value)
             skipped = st.info is not None and st.info.skipped is not None

@@ -475,7 +475,12 @@ class _NicSweeper:
             DeviceInfo(device=name, kind="netdev", skipped="vanished")
             for name in sorted(set(self.infos) - set(infos))
         )
-        if force or [i.name for i in chosen] != [i.name for i in self.chosen]:
+        # By name and ifindex: a driver reload or a veth re-created between two rescans keeps
+        # the name under a new ifindex, which the netlink reader (matching by index) then
+        # never returned: the device's last rate stayed on /metrics, frozen.
+        if force or [(i.name, i.ifindex) for i in chosen] != [
+            (i.name, i.ifindex) for i in self.chosen
+        ]:
             self.reader.close()
             self.reader, self.method = _open_reader(self._cfg.method, self._cfg.sysfs_root, chosen)
         self.chosen, self.infos = chosen, infos

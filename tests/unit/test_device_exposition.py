@@ -63,3 +63,18 @@ def test_golden_is_promtool_clean() -> None:
         check=False,
     )
     assert res.returncode == 0, res.stdout + res.stderr
+
+
+def test_a_device_no_longer_read_loses_its_rate_after_a_few_hops() -> None:
+    """A device re-created under a new ifindex went unread while its last rate stayed on
+    /metrics for good: a rate is shown again for at most 3 hops without a new read."""
+    table = DeviceTable()
+    for t, value in ((0.0, 0), (1.0, 1000)):
+        table.add_reading(
+            "nic_counters", CounterReading(t, {"eth0_tx_bytes": value, "eth0_rx_bytes": value})
+        )
+        table.hop()
+    rates = [next(d for d in table.hop() if d.device == "eth0").tx_rate for _ in range(5)]
+    assert rates == [1000.0, 1000.0, 1000.0, None, None]
+    table.add_reading("nic_counters", CounterReading(6.0, {"eth0_tx_bytes": 6000}))
+    assert next(d for d in table.hop() if d.device == "eth0").tx_rate == 1000.0

@@ -180,3 +180,26 @@ def test_real_kernel_netlink_and_sysfs_agree() -> None:
     assert a.rx_bytes > 0
     netlink.close()
     sysfs.close()
+
+
+def test_an_interface_recreated_under_a_new_ifindex_is_reopened(tmp_path: Path) -> None:
+    """A driver reload (or a veth re-created) between two rescans keeps the name under a new
+    ifindex; the netlink reader matches by index, so the interface went unread for good."""
+    from collectors.nic_counters import _NicSweeper
+
+    root = tmp_path / "sys"
+    shutil.copytree(Path(__file__).resolve().parents[1] / "fixtures" / "mlx5-host" / "sys", root,
+                    symlinks=True)  # fmt: skip
+    clock = FakeClock()
+    cfg = NicConfig(sysfs_root=root, method="sysfs", include="^eth0$", rescan_interval_s=1.0)
+    sweeper = _NicSweeper(cfg, clock, "nic_counters")
+    first = sweeper.reader
+    clock.advance(1.5)
+    sweeper.sweep()
+    assert sweeper.reader is first  # same name, same index: the kept-open reader stays
+    ifindex = (root / "class" / "net" / "eth0" / "ifindex").resolve()
+    ifindex.write_text(str(int(ifindex.read_text()) + 40) + "\n")
+    clock.advance(1.5)
+    sweeper.sweep()
+    assert sweeper.reader is not first
+    sweeper.close()

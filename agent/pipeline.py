@@ -402,8 +402,10 @@ class Pipeline:
         health = self._state.health.setdefault(source.name, SourceHealth(source.name))
         delay = self._cfg.backoff_initial_s
         emit = self._emitter(source.name)
+        said: str | None = None  # the unavailability last logged at warning level
         while True:
             delivered = health.readings
+            unavailable = False
             try:
                 await source.run(emit)
                 health.up = False
@@ -413,6 +415,7 @@ class Pipeline:
                 raise
             except SourceUnavailable as exc:
                 health.last_error = str(exc)
+                unavailable = True
             except SourceError as exc:
                 health.last_error = str(exc)
                 health.errors += 1
@@ -424,7 +427,12 @@ class Pipeline:
             health.restarts += 1
             if health.readings > delivered:
                 delay = self._cfg.backoff_initial_s  # it worked for a while: start over
-            log.warning(
+            # A host without the hardware (no RDMA device, no GPU) says so once, not every
+            # 30 s for months; a failure, or a new reason, is said each time.
+            quiet = unavailable and health.last_error == said
+            said = health.last_error if unavailable else None
+            log.log(
+                logging.DEBUG if quiet else logging.WARNING,
                 "source %s down (%s); retrying in %.1f s",
                 source.name,
                 health.last_error,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import math
 from dataclasses import replace
 
@@ -11,7 +12,7 @@ import numpy as np
 import pytest
 
 from agent.clock import MonotonicClock, Ticker
-from agent.errors import SourceError
+from agent.errors import SourceError, SourceUnavailable
 from agent.pipeline import Pipeline, PipelineSettings, SinkHealth, Snapshot, SnapshotStore
 from collectors._base import CallBatch, CounterReading, Emit, Reading, Source
 
@@ -552,3 +553,38 @@ def test_the_direction_without_the_other_flow_gives_t_live() -> None:
     assert all(s.estimate.period_s == pytest.approx(0.5, rel=0.02) for s in locked)
     assert any(s.estimate.period_direction == "tx" for s in locked)
     assert all(s.estimate.direction == "rx" for s in locked)
+
+
+class NoHardware:
+    name = "rdma_counters"
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def run(self, emit: Emit) -> None:
+        self.calls += 1
+        raise SourceUnavailable(self.name, "no device under /sys/class/infiniband")
+
+
+def test_a_source_without_its_hardware_says_so_once(caplog: pytest.LogCaptureFixture) -> None:
+    """A GPU node without RDMA logged "source rdma_counters down" every 30 s for months; a
+    failing source still warns every time."""
+    absent, broken = NoHardware(), Broken()
+    pipeline = Pipeline(
+        [absent, broken],
+        SnapshotStore(),
+        settings=PipelineSettings(hop_s=0.5, backoff_initial_s=0.01, backoff_max_s=0.02),
+    )
+
+    async def main() -> None:
+        task = asyncio.create_task(pipeline.run())
+        while absent.calls < 5 or broken.calls < 5:
+            await asyncio.sleep(0.01)
+        pipeline.stop()
+        await task
+
+    with caplog.at_level(logging.WARNING, logger="agent.pipeline"):
+        asyncio.run(main())
+    said = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert sum("rdma_counters down" in m for m in said) == 1
+    assert sum("broken down" in m for m in said) >= 4

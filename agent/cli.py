@@ -15,10 +15,14 @@ import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from agent import __version__
 from agent.defaults import DEFAULT_PORT
-from agent.errors import CommpulseError, ConfigError
+from agent.errors import CommpulseError, ConfigError, ExportError
+
+if TYPE_CHECKING:
+    from agent.config import Config
 
 __all__ = ["DEFAULT_PORT", "build_parser", "main", "parse_quantity"]
 
@@ -626,10 +630,33 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return run_daemon(args.config)
 
 
+def _check_tls_files(config: Config) -> None:
+    """Load the TLS files as ``run`` will.
+
+    A file that exists but holds no usable certificate or key passed validation (systemd's
+    ExecStartPre), and the service then failed to start, in a loop.
+    """
+    from agent.http import tls_context
+    from agent.sinks import mqtt_tls
+
+    prom = config.exporters.prometheus
+    if prom.enabled and prom.tls_cert_file is not None and prom.tls_key_file is not None:
+        try:
+            tls_context(prom.tls_cert_file, prom.tls_key_file, client_ca=prom.client_ca_file)
+        except ExportError as exc:
+            raise ConfigError(f"exporters.prometheus: {exc}") from None
+    if config.exporters.mqtt.enabled:
+        try:
+            mqtt_tls(config.exporters.mqtt)
+        except ExportError as exc:
+            raise ConfigError(str(exc)) from None
+
+
 def _cmd_validate(args: argparse.Namespace) -> int:
     from agent.config import load_config
 
     config = load_config(args.file)
+    _check_tls_files(config)
     sources = [name for name in config.sources.names() if getattr(config.sources, name).enabled]
     prom = config.exporters.prometheus
     exporters = []

@@ -82,7 +82,8 @@ def _retrieve_disconnect_error(client: aiomqtt.Client) -> None:
         future.exception()
 
 
-def _tls(cfg: MqttSection) -> ssl.SSLContext | None:
+def mqtt_tls(cfg: MqttSection) -> ssl.SSLContext | None:
+    """The broker connection's TLS context (None: plain TCP); ExportError if a file is bad."""
     if cfg.tls_ca_file is None and cfg.tls_cert_file is None:
         return None
     try:
@@ -118,7 +119,7 @@ class MqttSink:
         self.status_topic = f"{base}/status"
         self._buffer: collections.deque[bytes] = collections.deque(maxlen=cfg.buffer_size)
         self._wake = asyncio.Event()
-        self._tls = _tls(cfg)
+        self._tls = mqtt_tls(cfg)
         self._password = _password(cfg)
         self.health = SinkHealth(self.name)
 

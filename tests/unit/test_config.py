@@ -123,3 +123,23 @@ def test_validate_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     assert f"{bad}: agent.window: unknown key (did you mean 'window_s'?)" in err
     assert main(["validate", str(tmp_path / "absent.toml")]) == 1
     assert "cannot read" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("section", ["prometheus", "mqtt"])
+def test_validate_loads_the_tls_files(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], section: str
+) -> None:
+    """A file that exists but is no PEM passed validate (systemd's ExecStartPre), then `run`
+    failed to start, and the unit restarted in a loop."""
+    pem = tmp_path / "garbage.pem"
+    pem.write_text("garbage\n")
+    config = tmp_path / "tls.toml"
+    config.write_text(
+        f"[exporters.{section}]\n"
+        + ("enabled = true\n" if section == "mqtt" else "")
+        + f'tls_cert_file = "{pem}"\ntls_key_file = "{pem}"\n'
+    )
+    assert main(["validate", str(config)]) == 1
+    err = capsys.readouterr().err
+    assert f"exporters.{section}" in err
+    assert "cannot load TLS" in err

@@ -4,7 +4,9 @@ Follows a set of glob patterns, so per-process files are picked up as processes 
 survives what happens to log files in practice:
 
 * **rename rotation / delete and re-create**: a changed inode on the path means a new file; the
-  old one is read to its end first (its descriptor is still open), then the new one from 0;
+  old one is read to its end first (its descriptor is still open), then the new one from 0,
+  and the old one is still followed while it is written (NCCL never reopens its log: after
+  logrotate's "create" it writes on into the renamed file);
 * **copytruncate / overwrite on restart** (NCCL opens its file with ``"w"``): a size below our
   offset, or first bytes or bytes just before our offset that changed, mean the file was
   truncated or rewritten; reading restarts at 0;
@@ -29,6 +31,7 @@ import hashlib
 import json
 import logging
 import os
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from itertools import repeat
@@ -56,6 +59,12 @@ FINGERPRINT_BYTES = 256
 TAIL_BYTES = 64
 #: Most bytes read from one file per poll (keeps one poll short; the rest comes next poll).
 READ_CHUNK = 1 << 20
+#: A rotated file is followed until it has not been written for this long: NCCL never reopens
+#: its log, so after logrotate's default "create" (rename, new empty file) it goes on writing
+#: to the renamed one, which is then the live log.
+ROTATED_QUIET_S = 300.0
+#: Most rotated files followed per path (the oldest is let go first).
+MAX_ROTATED = 4
 
 
 @dataclass(frozen=True)
@@ -365,11 +374,11 @@ class Tailer:
                 self._open(path, start="beginning")  # appeared while we run: all of it
         for path, current in list(self._files.items()):
             f = current
-            for old in list(f.old):  # drain rotated files to their end first
+            for old in list(f.old):  # rotated files first: drained, or followed while written
                 texts = self._read(old)
                 if texts:
                     out.extend((path, text) for text in texts)
-                else:
+                elif len(f.old) > MAX_ROTATED or _quiet(old.fd, ROTATED_QUIET_S):
                     with contextlib.suppress(OSError):
                         os.close(old.fd)
                     f.old.remove(old)
@@ -411,6 +420,14 @@ class Tailer:
             with contextlib.suppress(OSError):
                 os.close(f.fd)
         self._files.clear()
+
+
+def _quiet(fd: int, seconds: float) -> bool:
+    """Whether the open file was last written over ``seconds`` ago (or cannot be told)."""
+    try:
+        return time.time() - os.fstat(fd).st_mtime > seconds
+    except OSError:
+        return True
 
 
 def decode_batch(

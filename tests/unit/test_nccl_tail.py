@@ -724,3 +724,23 @@ def test_tailing_in_bulk_equals_tailing_line_by_line(
             _assert_same_decoders(new_decoder, old_decoder)
         old_tail.close()
         new_tail.close()
+
+
+def test_a_writer_that_keeps_its_file_after_create_rotation_is_still_followed(
+    tmp_path: Path,
+) -> None:
+    """NCCL never reopens its log: after logrotate's default rotation (rename, then a new
+    empty file at the path) it writes on into the renamed file. That file was let go at the
+    first poll that found nothing new in it, and every later line was lost."""
+    path = tmp_path / "nccl.node1.77.log"
+    tailer = Tailer((str(tmp_path / "*.log"),), read_from="beginning")
+    with path.open("a", buffering=1) as nccl:  # line-buffered, as NCCL's fflush per line
+        nccl.write("before\n")
+        assert [line for _, line in tailer.poll()] == ["before"]
+        os.replace(path, tmp_path / "nccl.node1.77.log.1")
+        path.write_text("")
+        assert tailer.poll() == []  # rotated: nothing new anywhere
+        assert tailer.poll() == []
+        nccl.write("after\n")
+        assert [line for _, line in tailer.poll()] == ["after"]
+    tailer.close()

@@ -758,7 +758,11 @@ class _DeviceState:
     largest: dict[str, float] = field(default_factory=dict)
     rates: dict[str, float | None] = field(default_factory=dict)
     idle_hops: dict[str, int] = field(default_factory=dict)  # hops without a new read
+    vanished_hops: int = 0  # hops since the source said the device vanished
 
+
+#: Hops a vanished device stays in the table (and on /metrics, as vanished) before it goes.
+VANISHED_KEEP_HOPS = 300
 
 #: Hops a device's last rate is shown again without a new read (a poll slower than the hop);
 #: after that it has no rate: a device no longer read must not show its last one forever.
@@ -791,8 +795,26 @@ class DeviceTable:
         return st
 
     def add_info(self, source: str, info: DeviceInfo) -> None:
-        """Record (or replace) what the source says about a device."""
-        self._state(source, info.device).info = info
+        """Record (or replace) what the source says about a device.
+
+        A device that vanishes is shown as such for ``VANISHED_KEEP_HOPS`` hops, then
+        forgotten; one that was never read (skipped: a pod's veth) is forgotten at once. On a
+        node with pod churn every veth that ever existed stayed in the table and on /metrics.
+        """
+        key = (source, info.device)
+        previous = self._devices.get(key)
+        if info.skipped == "vanished" and (
+            previous is None or previous.info is None or previous.info.skipped is not None
+        ):
+            self._forget(key)
+            return
+        st = self._state(source, info.device)
+        st.info = info
+        st.vanished_hops = 0
+
+    def _forget(self, key: tuple[str, str]) -> None:
+        if self._devices.pop(key, None) is not None:
+            self._targets.clear()  # they hold the forgotten device's values
 
     def add_reading(self, source: str, reading: CounterReading) -> None:
         """Keep the newest raw values."""
@@ -828,6 +850,11 @@ class DeviceTable:
     def hop(self) -> list[DeviceStatus]:
         """Bandwidth of each device and direction since the previous call."""
         out = []
+        for key, st in list(self._devices.items()):
+            if st.info is not None and st.info.skipped == "vanished":
+                st.vanished_hops += 1
+                if st.vanished_hops > VANISHED_KEEP_HOPS:
+                    self._forget(key)
         for (source, device), st in sorted(self._devices.items()):
             for direction, (t, value) in st.values.items():
                 prev = st.mark.get(direction)

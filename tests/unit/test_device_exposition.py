@@ -78,3 +78,31 @@ def test_a_device_no_longer_read_loses_its_rate_after_a_few_hops() -> None:
     assert rates == [1000.0, 1000.0, 1000.0, None, None]
     table.add_reading("nic_counters", CounterReading(6.0, {"eth0_tx_bytes": 6000}))
     assert next(d for d in table.hop() if d.device == "eth0").tx_rate == 1000.0
+
+
+def test_vanished_devices_leave_the_table() -> None:
+    """Pod churn: every veth that ever existed stayed on /metrics as device_info (7 -> 37
+    series after 15 veths came and went). A device that was read is shown as vanished for a
+    while, then forgotten; one that was only ever skipped goes at once."""
+    from agent.windows import VANISHED_KEEP_HOPS
+
+    table = DeviceTable()
+    table.add_info("nic_counters", DeviceInfo("eth1", "netdev"))
+    table.add_reading("nic_counters", CounterReading(0.0, {"eth1_tx_bytes": 5}))
+    for i in range(15):
+        table.add_info("nic_counters", DeviceInfo(f"veth{i}", "netdev", skipped="excluded"))
+    assert len(table.hop()) == 16
+    for i in range(15):
+        table.add_info("nic_counters", DeviceInfo(f"veth{i}", "netdev", skipped="vanished"))
+    table.add_info("nic_counters", DeviceInfo("eth1", "netdev", skipped="vanished"))
+    shown = table.hop()
+    assert [(d.device, d.info.skipped if d.info else None) for d in shown] == [
+        ("eth1", "vanished")
+    ]
+    for _ in range(VANISHED_KEEP_HOPS):
+        shown = table.hop()
+    assert shown == []
+    # It comes back: read again as before.
+    table.add_info("nic_counters", DeviceInfo("eth1", "netdev"))
+    table.add_reading("nic_counters", CounterReading(1.0, {"eth1_tx_bytes": 9}))
+    assert [d.device for d in table.hop()] == ["eth1"]

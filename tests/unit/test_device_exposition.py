@@ -96,9 +96,7 @@ def test_vanished_devices_leave_the_table() -> None:
         table.add_info("nic_counters", DeviceInfo(f"veth{i}", "netdev", skipped="vanished"))
     table.add_info("nic_counters", DeviceInfo("eth1", "netdev", skipped="vanished"))
     shown = table.hop()
-    assert [(d.device, d.info.skipped if d.info else None) for d in shown] == [
-        ("eth1", "vanished")
-    ]
+    assert [(d.device, d.info.skipped if d.info else None) for d in shown] == [("eth1", "vanished")]
     for _ in range(VANISHED_KEEP_HOPS):
         shown = table.hop()
     assert shown == []

@@ -238,25 +238,44 @@ class Daemon:
         new = await asyncio.to_thread(load_config, self._path)
         old = self._running.config
         pipeline = self._pipeline
+        # First what can fail (a port taken, a TLS file that does not load, a source that
+        # cannot be built), so that a failed reload changes nothing: the windows were started
+        # over before a bad certificate stopped it, with the old configuration kept.
+        server_changed = new.exporters.prometheus != old.exporters.prometheus
+        server = _start_server(self._store, new.exporters.prometheus) if server_changed else None
+        try:
+            removed: list[str] = []
+            fresh: list[Source] = []
+            built: dict[str, Source] | None = None
+            for name in new.sources.names():
+                before, after = getattr(old.sources, name), getattr(new.sources, name)
+                if before == after and new.agent.state_dir == old.agent.state_dir:
+                    continue
+                if not after.enabled:
+                    removed.append(name)
+                    continue
+                built = built if built is not None else self._sources_for(new)
+                if name in built:
+                    fresh.append(built[name])
+            sink_changed = new.exporters.mqtt != old.exporters.mqtt or host_name(new) != host_name(
+                old
+            )
+            sink = self._sink_for(new) if sink_changed else None
+        except BaseException:
+            if server is not None:
+                server.close()
+            raise
         if pipeline.apply_settings(pipeline_settings(new)):
             log.info("window sizes changed: the windows start over")
-        if new.exporters.prometheus != old.exporters.prometheus:
-            server = _start_server(self._store, new.exporters.prometheus)
+        if server_changed:
             if self._running.server is not None:
                 self._running.server.close()
             self._running.server = server
-        for name in new.sources.names():
-            before, after = getattr(old.sources, name), getattr(new.sources, name)
-            if before == after and new.agent.state_dir == old.agent.state_dir:
-                continue
-            if not after.enabled:
-                pipeline.remove_source(name)
-                continue
-            fresh = self._sources_for(new).get(name)
-            if fresh is not None:
-                pipeline.replace_source(fresh)
-        if new.exporters.mqtt != old.exporters.mqtt or host_name(new) != host_name(old):
-            sink = self._sink_for(new)
+        for name in removed:
+            pipeline.remove_source(name)
+        for source in fresh:
+            pipeline.replace_source(source)
+        if sink_changed:
             if sink is None:
                 pipeline.remove_sink("mqtt")
             else:

@@ -363,9 +363,15 @@ class Pipeline:
             self._spawn("estimator", self._estimate_loop())
         sizes = ("window_s", "counter_rate_hz", "gpu_rate_hz", "calls_per_s")
         if any(getattr(old, k) != getattr(settings, k) for k in sizes):
-            health, bursts = self._state.health, self._state.bursts
-            self._state = self._new_state(settings)
-            self._state.health, self._state.bursts = health, bursts
+            # Only the windows start over: what is not sized by them (the device table, the
+            # sources' health and stats, the totals exported as counters) carries over. The
+            # call totals started over too, a false counter reset for Prometheus.
+            old_state, new_state = self._state, self._new_state(settings)
+            new_state.health, new_state.bursts = old_state.health, old_state.bursts
+            new_state.devices, new_state.stats = old_state.devices, old_state.stats
+            new_state.timings = old_state.timings
+            new_state.calls.totals = old_state.calls.totals
+            self._state = new_state
             return True
         return False
 

@@ -273,6 +273,21 @@ def test_run_converges_streams_survives_broker_restart_reload_and_stops(
         assert proc.poll() is None
         assert "commpulse_sync_period_seconds" in "".join(_scrape(metrics_port))
 
+        # 4b. SIGHUP with new windows and a certificate that does not load: nothing applied
+        # (the windows were started over before the certificate stopped the reload).
+        garbage = tmp_path / "garbage.pem"
+        garbage.write_text("garbage\n")
+        config.write_text(
+            good.replace("window_s = 30.0", "window_s = 40.0").replace(
+                f"port = {metrics_port}\n",
+                f'port = {metrics_port}\ntls_cert_file = "{garbage}"\ntls_key_file = "{garbage}"\n',
+            )
+        )
+        proc.send_signal(signal.SIGHUP)
+        time.sleep(2)
+        assert proc.poll() is None
+        assert approx(_scrape(metrics_port).get("commpulse_sync_period_seconds"), PERIOD, 0.02)
+
         # 5. SIGHUP with a changed file: the MQTT sink moves to the new prefix; windows stay.
         config.write_text(_config(tmp_path, job, metrics_port, broker.port, "cp2"))
         reloaded = time.monotonic()
@@ -295,6 +310,7 @@ def test_run_converges_streams_survives_broker_restart_reload_and_stops(
     assert "Traceback" not in err, err
     assert "reload failed" in err
     assert "agent.hop_s: expected a number, found string 'fast'" in err
+    assert "cannot load TLS certificate or key" in err
     assert "never retrieved" not in err, err
 
 

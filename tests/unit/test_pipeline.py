@@ -588,3 +588,21 @@ def test_a_source_without_its_hardware_says_so_once(caplog: pytest.LogCaptureFix
     said = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
     assert sum("rdma_counters down" in m for m in said) == 1
     assert sum("broken down" in m for m in said) >= 4
+
+
+def test_new_window_sizes_keep_the_totals_and_the_device_table() -> None:
+    """A reload that changed window_s started every total over: commpulse_collective_calls_total
+    went from 868 to 16 (a false counter reset for Prometheus), and the device table, which
+    hears of a device only at discovery, lost every device until a restart."""
+    from collectors._base import CollectiveCall, DeviceInfo
+
+    settings = PipelineSettings(hop_s=0.5)
+    pipeline = Pipeline([], SnapshotStore(), settings=settings)
+    state = pipeline._state
+    for i in range(868):
+        state.calls.add(CollectiveCall(0.001 * i, "AllReduce", 1024, 8))
+    state.devices.add_info("nic_counters", DeviceInfo("eth0", "netdev"))
+    assert pipeline.apply_settings(replace(settings, window_s=settings.window_s * 2))
+    assert pipeline._state is not state  # the windows did start over
+    assert pipeline._state.calls.totals == {"AllReduce": (868, 868 * 1024)}
+    assert [d.device for d in pipeline._state.devices.hop()] == ["eth0"]

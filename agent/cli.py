@@ -485,7 +485,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"commpulse {__version__}")
     parser.add_argument(
-        "-v", "--verbose", action="count", default=0, help="more log output (-vv for debug)"
+        "-v",
+        "--verbose",
+        action="count",
+        default=0,
+        help="more log output (-vv for debug); run logs its events (start, reload, re-lock) "
+        "at info level by default, the other commands warnings only",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     _add_demo(sub)
@@ -697,7 +702,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``commpulse`` console script."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    level = logging.WARNING - 10 * min(args.verbose, 2)
+    # The daemon says what it does (start, stop, reload, re-lock: events, not per hop) in the
+    # journal by default; the one-shot commands only warn.
+    base = logging.INFO if args.command == "run" else logging.WARNING
+    level = max(logging.DEBUG, base - 10 * min(args.verbose, 2))
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     commands = {
         "simulate": _cmd_simulate,

@@ -26,6 +26,7 @@ from agent.estimate import (
     GpuSamples,
     busier_direction,
     estimate,
+    other_direction_note,
 )
 from agent.rates import (
     Direction,
@@ -797,6 +798,9 @@ def analyze_files(
     if network:
         inputs, est = _one_job(network, inputs, est)
         inputs, est = _step_parts(dict(inputs.network), inputs, est)
+    note = other_direction_note(inputs, est) if network else None
+    if note is not None and note not in est.warnings:
+        est = replace(est, warnings=(*est.warnings, note))
     if capture_notes or input_notes:
         est = replace(est, warnings=(*est.warnings, *input_notes, *capture_notes))
     if not network and mix is None and gpu_samples is None:

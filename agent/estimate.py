@@ -347,7 +347,53 @@ def _period_direction(
                 )
             )
             return grid, period_o, other
+        note = _other_rhythm_note(direction, period, other, period_o)
+        if note is not None:
+            warnings.append(note)
     return grid, period, None
+
+
+def other_direction_note(
+    inputs: EstimateInputs, est: Estimate, *, settings: DetectorSettings | None = None
+) -> str | None:
+    """The other direction's own rhythm, estimated where the busier one's T did not need it.
+
+    Offline only (an estimate more per window): the live path looks at the other direction
+    only when the busier one is unclear or carries far more bytes.
+    """
+    direction = est.period_direction or est.direction
+    if est.period_detail is None or direction not in ("tx", "rx"):
+        return None
+    other = "rx" if direction == "tx" else "tx"
+    grid, other_grid = inputs.network.get(direction), inputs.network.get(other)
+    if grid is None or other_grid is None:
+        return None
+    if _mean_rate(other_grid) < CLEARER_SHARE * _mean_rate(grid):
+        return None
+    _, period_o = _direction_period(
+        other_grid, settings or DetectorSettings(), inputs.expected_period_s, IDLE_BYTES_PER_S
+    )
+    return _other_rhythm_note(direction, est.period_detail, other, period_o)
+
+
+def _other_rhythm_note(
+    direction: Direction, period: PeriodResult, other: Direction, other_period: PeriodResult
+) -> str | None:
+    """Said when the two directions repeat, both clearly, at rhythms that are not one job's.
+
+    A job's collectives move both ways at its step (or a multiple of it); tx every 1.0 s and
+    rx every 1.5 s are two flows, and T was the busier one's with nothing said of the other.
+    """
+    t, t_o = period.period_s, other_period.period_s
+    if t is None or t_o is None or min(period.confidence, other_period.confidence) < CLEARER_BELOW:
+        return None
+    ratio = max(t, t_o) / min(t, t_o)
+    if abs(ratio - round(ratio)) <= 0.05 * ratio:
+        return None  # the same steps, or a multiple of them (a train inside a step)
+    return (
+        f"{other} repeats every {t_o:.4g} s and {direction} every {t:.4g} s, both clearly: two "
+        f"flows with their own rhythms share the link; T is {direction}'s"
+    )
 
 
 def _clearer_note(

@@ -97,3 +97,32 @@ def test_a_real_job_beside_a_data_flow_reads_its_step() -> None:
     assert est.period_direction == "tx"
     assert est.period_s == pytest.approx(step, rel=0.015)
     assert est.regime == "training"
+
+
+def test_directions_with_their_own_rhythms_are_said(tmp_path: Path) -> None:
+    """tx every 1.0 s and rx every 1.5 s, both clear (real kernel traffic): T was rx's, the
+    busier, and nothing said that tx repeats at another rhythm. A job's both directions at
+    one step (or tx at a multiple of rx's) are no cause for the note."""
+    fs, duration = 100, 60.0
+
+    def cumulative(period: float, duty: float, seed: int) -> np.ndarray:
+        bursts, _ = periodic_bursts(period, duty, duration, rate=1e9, jitter=0.01, seed=seed)
+        return np.concatenate(([0.0], np.cumsum(sample_bursts(bursts, fs, duration) / fs)))
+
+    def analyze(tx: np.ndarray, rx: np.ndarray) -> tuple[float | None, tuple[str, ...]]:
+        path = tmp_path / "two.csv"
+        rows = [
+            f"{i / fs:.4f},{int(a)},{int(b)}" for i, (a, b) in enumerate(zip(tx, rx, strict=True))
+        ]
+        path.write_text("time,eth0_tx_bytes,eth0_rx_bytes\n" + "\n".join(rows) + "\n")
+        est = analyze_files(counters=[path]).estimate
+        return est.period_s, est.warnings
+
+    t, warnings = analyze(cumulative(1.0, 0.33, 1), cumulative(1.5, 0.42, 2))
+    assert t is not None
+    note = next(w for w in warnings if "own rhythms" in w)
+    assert "every 1.5 s" in note
+    assert "every 0.99" in note or "every 1 s" in note or "every 1.00" in note
+    t, warnings = analyze(cumulative(1.0, 0.3, 1), cumulative(1.0, 0.3, 1))
+    assert t == pytest.approx(1.0, rel=0.01)
+    assert not any("own rhythms" in w for w in warnings)

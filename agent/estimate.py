@@ -19,6 +19,7 @@ from agent.bursts import BurstStats, burst_stats, step_silence
 from agent.period import DetectorSettings, PeriodResult, comes_in_trains, estimate_period
 from agent.rates import Direction, GridSeries, active_span, spread_slots
 from agent.regime import IDLE_BYTES_PER_S, RegimeFeatures, classify_regime, collective_shares
+from agent.rhythms import two_rhythms
 from agent.separation import DutySplit, best_signal, gpu_windows, split_duty
 
 __all__ = [
@@ -726,6 +727,34 @@ def refresh_note(refresh_s: float) -> str:
 REFRESH_ALIAS_CONFIDENCE = 0.45
 
 
+#: Highest confidence of a period under which two independent rhythms run (two flows).
+TWO_RHYTHMS_CONFIDENCE = 0.45
+
+
+def _one_rhythm(grid: GridSeries, period: PeriodResult, warnings: list[str]) -> PeriodResult:
+    """The period, its confidence capped with a warning when two flows' rhythms run under it.
+
+    See :mod:`agent.rhythms`: flows of 0.7 s and 1.93 s read as a 7.70 s step at confidence
+    0.97 with D 0.62, and fired the bottleneck alert. A period with an inner rhythm of its
+    own (ZeRO-3 layers, pipeline micro-batches) is one job's and is not looked at.
+    """
+    t = period.period_s
+    if t is None or period.inner_period_s is not None:
+        return period
+    if period.confidence <= TWO_RHYTHMS_CONFIDENCE:
+        return period
+    found = two_rhythms(grid.rate, grid.dt, t)
+    if found is None:
+        return period
+    a, b = found
+    warnings.append(
+        f"the traffic also repeats every {a:.3g} s and every {b:.3g} s, neither a multiple of "
+        f"the other: two flows with their own rhythms may share the link, and T = {t:.4g} s "
+        "their near-common multiple rather than a step (confidence kept under 0.5)"
+    )
+    return replace(period, confidence=TWO_RHYTHMS_CONFIDENCE)
+
+
 def _refresh_capped(period: PeriodResult, refresh_s: float) -> PeriodResult:
     """The period with its confidence capped when it could be an alias of the refresh.
 
@@ -773,6 +802,7 @@ def estimate(
         if full_grid.refresh_s is not None:
             warnings.append(refresh_note(full_grid.refresh_s))
             period = _refresh_capped(period, full_grid.refresh_s)
+        period = _one_rhythm(full_grid, period, warnings)
         grid = whole_periods(full_grid, period)
         steps = steps_grid = without_pauses(grid, period)
         bursts = burst_stats(steps.rate, steps.dt, period.period_s, polls=steps.polls, t0=steps.t0)

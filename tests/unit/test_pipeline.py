@@ -69,13 +69,17 @@ class SquareWaveCounters:
 
 
 class Broken:
-    name = "broken"
+    """A source that fails at every start (``SourceError``), or finds no hardware."""
 
-    def __init__(self) -> None:
+    def __init__(self, name: str = "broken", *, absent: bool = False) -> None:
+        self.name = name
+        self.absent = absent
         self.calls = 0
 
     async def run(self, emit: Emit) -> None:
         self.calls += 1
+        if self.absent:
+            raise SourceUnavailable(self.name, "no device under /sys/class/infiniband")
         raise SourceError(self.name, "device vanished")
 
 
@@ -555,21 +559,10 @@ def test_the_direction_without_the_other_flow_gives_t_live() -> None:
     assert all(s.estimate.direction == "rx" for s in locked)
 
 
-class NoHardware:
-    name = "rdma_counters"
-
-    def __init__(self) -> None:
-        self.calls = 0
-
-    async def run(self, emit: Emit) -> None:
-        self.calls += 1
-        raise SourceUnavailable(self.name, "no device under /sys/class/infiniband")
-
-
 def test_a_source_without_its_hardware_says_so_once(caplog: pytest.LogCaptureFixture) -> None:
     """A GPU node without RDMA logged "source rdma_counters down" every 30 s for months; a
     failing source still warns every time."""
-    absent, broken = NoHardware(), Broken()
+    absent, broken = Broken("rdma_counters", absent=True), Broken()
     pipeline = Pipeline(
         [absent, broken],
         SnapshotStore(),

@@ -722,13 +722,16 @@ def refresh_note(refresh_s: float) -> str:
     )
 
 
-#: Highest confidence of a period under 8 refresh intervals of a counter that the driver
-#: refreshes on a timer: below the alerts' 0.5.
-REFRESH_ALIAS_CONFIDENCE = 0.45
+#: Highest confidence of a period that may not be a step (an alias of a driver's refresh,
+#: the near-common multiple of two flows): shown, but below the alerts' 0.5.
+UNSURE_CONFIDENCE = 0.45
 
 
-#: Highest confidence of a period under which two independent rhythms run (two flows).
-TWO_RHYTHMS_CONFIDENCE = 0.45
+def _unsure(period: PeriodResult) -> PeriodResult:
+    """The period with its confidence kept at ``UNSURE_CONFIDENCE`` at most."""
+    if period.confidence <= UNSURE_CONFIDENCE:
+        return period
+    return replace(period, confidence=UNSURE_CONFIDENCE)
 
 
 def _one_rhythm(grid: GridSeries, period: PeriodResult, warnings: list[str]) -> PeriodResult:
@@ -739,9 +742,7 @@ def _one_rhythm(grid: GridSeries, period: PeriodResult, warnings: list[str]) -> 
     own (ZeRO-3 layers, pipeline micro-batches) is one job's and is not looked at.
     """
     t = period.period_s
-    if t is None or period.inner_period_s is not None:
-        return period
-    if period.confidence <= TWO_RHYTHMS_CONFIDENCE:
+    if t is None or period.inner_period_s is not None or period.confidence <= UNSURE_CONFIDENCE:
         return period
     found = two_rhythms(grid.rate, grid.dt, t)
     if found is None:
@@ -752,7 +753,7 @@ def _one_rhythm(grid: GridSeries, period: PeriodResult, warnings: list[str]) -> 
         f"the other: two flows with their own rhythms may share the link, and T = {t:.4g} s "
         "their near-common multiple rather than a step (confidence kept under 0.5)"
     )
-    return replace(period, confidence=TWO_RHYTHMS_CONFIDENCE)
+    return _unsure(period)
 
 
 def _refresh_capped(period: PeriodResult, refresh_s: float) -> PeriodResult:
@@ -763,9 +764,7 @@ def _refresh_capped(period: PeriodResult, refresh_s: float) -> PeriodResult:
     cannot be told from such an alias, so it is shown but kept below the alerts' threshold.
     """
     t = period.period_s
-    if t is None or t >= 8 * refresh_s or period.confidence <= REFRESH_ALIAS_CONFIDENCE:
-        return period
-    return replace(period, confidence=REFRESH_ALIAS_CONFIDENCE)
+    return period if t is None or t >= 8 * refresh_s else _unsure(period)
 
 
 def estimate(

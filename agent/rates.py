@@ -434,12 +434,12 @@ def grid_from_cumulative(
     """
     if times.size < 2:
         raise ValueError("need at least two reads")
+    cadence = refresh_cadence(deltas)
+    poll = nominal_interval(times) if dt is None or cadence is not None else dt
     if dt is None:
-        dt = nominal_interval(times)
+        dt = poll
     if t0 is None:
         t0 = float(times[0])
-    cadence = refresh_cadence(deltas)
-    poll = nominal_interval(times)
     limit = MAX_SPREAD_INTERVALS * dt
     if cadence is not None:
         limit = max(limit, 1.5 * cadence * poll)  # a refresh interval is spread, not a gap

@@ -859,19 +859,21 @@ class DeviceTable:
             for direction, (t, value) in st.values.items():
                 prev = st.mark.get(direction)
                 rate = None
-                if prev is not None and t > prev[0]:
-                    bits = 64 if max(value, prev[1]) >= 2**32 else 32
-                    delta = counter_delta(
-                        prev[1], value, bits=bits, largest=st.largest.get(direction, 0.0)
-                    )
-                    if delta is not None:
-                        st.largest[direction] = max(st.largest.get(direction, 0.0), float(delta))
-                        rate = delta / (t - prev[0])
-                elif prev is not None:  # no new read since the last hop
+                if prev is not None and t <= prev[0]:  # no new read since the last hop
                     idle = st.idle_hops[direction] = st.idle_hops.get(direction, 0) + 1
                     rate = st.rates.get(direction) if idle <= MAX_REPEATED_HOPS else None
-                if prev is None or t > prev[0]:
+                else:
                     st.idle_hops[direction] = 0
+                    if prev is not None:
+                        bits = 64 if max(value, prev[1]) >= 2**32 else 32
+                        delta = counter_delta(
+                            prev[1], value, bits=bits, largest=st.largest.get(direction, 0.0)
+                        )
+                        if delta is not None:
+                            st.largest[direction] = max(
+                                st.largest.get(direction, 0.0), float(delta)
+                            )
+                            rate = delta / (t - prev[0])
                 st.rates[direction] = rate
                 st.mark[direction] = (t, value)
             skipped = st.info is not None and st.info.skipped is not None

@@ -107,9 +107,10 @@ def _delimiter(header: str) -> str:
     return "\t" if header.count("\t") >= header.count(";") else ";"
 
 
-def _header(text: str, lineno: int, path: Path | str) -> tuple[list[str], float, bool]:
-    """(column names, seconds per time unit, whether rows end in an empty field)."""
-    header = [h.strip().strip('"').strip("'").strip() for h in text.split(_delimiter(text))]
+def _header(text: str, lineno: int, path: Path | str) -> tuple[list[str], float, bool, str]:
+    """(column names, seconds per time unit, whether rows end in an empty field, separator)."""
+    sep = _delimiter(text)
+    header = [h.strip().strip('"').strip("'").strip() for h in text.split(sep)]
     trailing = len(header) > 2 and header[-1] == ""  # "time,a,b," from a spreadsheet
     if trailing:
         header.pop()
@@ -128,7 +129,7 @@ def _header(text: str, lineno: int, path: Path | str) -> tuple[list[str], float,
         )
     if len(set(names)) != len(names):
         raise InputFormatError(path, "duplicate column names in the header", line=lineno)
-    return header, unit, trailing
+    return header, unit, trailing, sep
 
 
 def parse_counters_csv(lines: Iterable[str], *, path: Path | str = "<counters>") -> CounterTable:
@@ -146,8 +147,7 @@ def parse_counters_csv(lines: Iterable[str], *, path: Path | str = "<counters>")
         lineno += 1
         text = raw.strip()
         if text and not text.startswith("#"):
-            header, unit, trailing = _header(text, lineno, path)
-            sep = _delimiter(text)
+            header, unit, trailing, sep = _header(text, lineno, path)
             break
     if header is None:
         raise InputFormatError(path, "empty file: expected a header 'time,<counter>,...'")

@@ -189,10 +189,10 @@ _TS_FAST = r"(?:\[?(" + _TS_SECOND + r")(?:[.,](\d+))?" + _TS_ZONE + r"\]? )?"
 # Such a timestamp at the very start of a line, with a launcher tag between it and NCCL's
 # prefix ("2025-07-17T13:14:16.1Z [rank0]:host:..."): the record's time when it has no other.
 _LEAD_TS_RE: Final = _rx(r"\[?(" + _TS_SECOND + r"(?:[.,]\d{1,9})?)" + _TS_ZONE + r"\]?[ \t]")
-# Terminal colour and other CSI sequences (a coloured launcher tag or level): removed first.
 # Ray's log deduplication (RAY_DEDUP_LOGS=1, the default) ends a line that stands for N
 # alike lines of several processes with this; the other N - 1 are not in the log.
 _RAY_REPEATED_RE: Final = _rx(r" \[repeated (\d{1,9})x across cluster\]$")
+# Terminal colour and other CSI sequences (a coloured launcher tag or level): removed first.
 _ANSI_RE: Final = _rx(r"\x1b\[[0-?]*[ -/]*[@-~]")
 # What a glued neighbour's tail adds to the front of a host when no blank comes before the
 # next record: a pointer or a float (a host, gethostname() cut at the first '.', holds
@@ -607,12 +607,18 @@ def parse_timestamp(ts: str) -> float | None:
     return base + int(digits) / _POW10[len(digits)]
 
 
-def _line_time(line: str) -> float | None:
-    """The time of a timestamp that starts the line (see ``_LEAD_TS_RE``), if any."""
+def _lead_stamp(line: str) -> str | None:
+    """The text of a timestamp that starts the line (see ``_LEAD_TS_RE``), if any."""
     if not line[:1].isdigit() and not line.startswith("["):
         return None
     m = _LEAD_TS_RE.match(line)
-    return parse_timestamp(m[1]) if m is not None else None
+    return m[1] if m is not None else None
+
+
+def _line_time(line: str) -> float | None:
+    """The time of a timestamp that starts the line, if any."""
+    stamp = _lead_stamp(line)
+    return parse_timestamp(stamp) if stamp is not None else None
 
 
 def _finer_lead(line: str) -> float | None:
@@ -621,12 +627,10 @@ def _finer_lead(line: str) -> float | None:
     ``kubectl logs --timestamps`` puts nanosecond stamps before NCCL's whole-second default
     ones: steps under a second are timed by the former (a 0.5 s job read as no period).
     """
-    if not line[:1].isdigit() and not line.startswith("["):
+    stamp = _lead_stamp(line)
+    if stamp is None or ("." not in stamp and "," not in stamp):
         return None
-    m = _LEAD_TS_RE.match(line)
-    if m is None or ("." not in m[1] and "," not in m[1]):
-        return None
-    return parse_timestamp(m[1])
+    return parse_timestamp(stamp)
 
 
 def _plain(line: str) -> str:
@@ -1514,13 +1518,6 @@ class NcclLogAccumulator:
 
     # -- public -------------------------------------------------------------------------------
 
-    def _ray_folded(self, line: str) -> None:
-        """Count a COLL line into which Ray's log deduplication folded other ranks' lines."""
-        m = _RAY_REPEATED_RE.search(line)
-        if m is not None:
-            self._ray_lines += 1
-            self._ray_calls += int(m[1]) - 1
-
     def feed(self, line: str) -> None:
         """Account for one line of log text (without its newline)."""
         self._lines_total += 1
@@ -1736,6 +1733,13 @@ class NcclLogAccumulator:
             if pid is not None:
                 self._pids[pid] = None
         return idx
+
+    def _ray_folded(self, line: str) -> None:
+        """Count a COLL line into which Ray's log deduplication folded other ranks' lines."""
+        m = _RAY_REPEATED_RE.search(line)
+        if m is not None:
+            self._ray_lines += 1
+            self._ray_calls += int(m[1]) - 1
 
     def _split_id(self, event: InitLine) -> str | None:
         """A split communicator's name from its parent's commId, its split count and colour.

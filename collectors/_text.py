@@ -8,14 +8,13 @@ as they are read, recognised by their leading bytes rather than their names.
 from __future__ import annotations
 
 import bz2
-import gzip
 import io
 import logging
 import lzma
 import zlib
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, BinaryIO, TypeVar
 
 from agent.errors import InputFormatError
 
@@ -57,8 +56,8 @@ _MAGIC: tuple[tuple[bytes, str], ...] = (
 )
 _ZSTD = b"\x28\xb5\x2f\xfd"
 _TEXT_CHUNK = 1 << 16
-#: What a stream that does not inflate raises, by format (EOFError: cut short).
-_INFLATE_ERRORS = (gzip.BadGzipFile, zlib.error, lzma.LZMAError, ValueError)
+#: What a stream that does not inflate raises (bz2 says "Invalid data stream" as an OSError).
+_INFLATE_ERRORS = (zlib.error, lzma.LZMAError, OSError, EOFError, ValueError)
 
 
 def _compression(path: Path) -> str | None:
@@ -69,51 +68,112 @@ def _compression(path: Path) -> str | None:
     return next((name for magic, name in _MAGIC if head.startswith(magic)), None)
 
 
-def open_binary(path: Path) -> tuple[io.BufferedIOBase, str | None]:
-    """``path`` open for reading bytes, inflated if gzip, bzip2 or xz; and that format's name.
+def open_binary(path: Path) -> tuple[BinaryIO, str | None]:
+    """``path`` open for reading raw bytes, and its compression's name (None: plain).
 
-    Raises :class:`InputFormatError` for zstd (not in Python's standard library here) and
+    Read it with :func:`inflated_chunks`, which inflates gzip, bzip2 and xz. Raises
+    :class:`InputFormatError` for zstd (not in Python's standard library here) and
     ``OSError`` as ``open`` does.
     """
     compression = _compression(path)
-    stream: io.BufferedIOBase  # the caller closes it
-    if compression == "gzip":
-        stream = gzip.GzipFile(path, "rb")
-    elif compression == "bzip2":
-        stream = bz2.BZ2File(path, "rb")
-    elif compression == "xz":
-        stream = lzma.LZMAFile(path, "rb")  # noqa: SIM115 (the caller closes it)
-    else:
-        stream = path.open("rb")
-    return stream, compression
+    return path.open("rb"), compression
+
+
+class _Inflater:
+    """One compressed stream inflated a bounded piece at a time (zlib's API or bz2's/lzma's).
+
+    Incremental decompressors rather than ``GzipFile`` and its kin: those lose what they
+    inflated in a read that meets the cut end of a stream (up to a whole read, 1 MiB of an
+    NCCL log), and an output bound keeps a small file that inflates hugely from filling memory.
+    """
+
+    def __init__(self, compression: str, path: Path) -> None:
+        self._what = (compression, path)
+        self._zlib: Any = None
+        self._other: Any = None
+        if compression == "bzip2":
+            self._other = bz2.BZ2Decompressor()
+        elif compression == "xz":
+            self._other = lzma.LZMADecompressor()
+        else:
+            self._zlib = zlib.decompressobj(wbits=31)  # gzip framing
+
+    @property
+    def eof(self) -> bool:
+        return bool((self._zlib or self._other).eof)
+
+    @property
+    def unused_data(self) -> bytes:
+        return bytes((self._zlib or self._other).unused_data)
+
+    def _inflate(self, data: bytes, size: int) -> bytes:
+        try:
+            if self._zlib is not None:
+                return bytes(self._zlib.decompress(data, size))
+            return bytes(self._other.decompress(data, max_length=size))
+        except _INFLATE_ERRORS as exc:
+            compression, path = self._what
+            raise InputFormatError(
+                path, f"{compression}-compressed, but it does not inflate: {exc}"
+            ) from None
+
+    def pieces(self, data: bytes, size: int) -> Iterator[bytes]:
+        """What ``data`` inflates to, in pieces of at most ``size`` bytes."""
+        if self._zlib is not None:
+            pending = data
+            while pending and not self._zlib.eof:
+                out = self._inflate(pending, size)
+                pending = self._zlib.unconsumed_tail
+                if out:
+                    yield out
+            return
+        out = self._inflate(data, size)
+        while True:
+            if out:
+                yield out
+            if self._other.eof or self._other.needs_input:
+                return
+            out = self._inflate(b"", size)
 
 
 def inflated_chunks(
     path: Path,
-    stream: io.BufferedIOBase,
+    stream: BinaryIO,
     compression: str | None,
     size: int,
     on_cut: Callable[[], None] | None = None,
+    *,
+    log_cut: bool = True,
 ) -> Iterator[bytes]:
-    """``stream`` in chunks of ``size`` bytes.
+    """``stream``'s bytes, inflated if compressed, in chunks of about ``size`` bytes.
 
-    A compressed stream cut short ends the chunks with a warning (what it held is kept;
-    ``on_cut`` is called); one that does not inflate is an error.
+    Concatenated streams (``pbzip2``, ``cat a.gz b.gz``) are all read and zero padding after
+    one is skipped. A compressed stream cut short ends the chunks, keeping every byte it
+    inflated to, with a logged warning (unless ``log_cut`` is False: the caller reports it)
+    and a call of ``on_cut``; one that does not inflate is an error.
     """
-    try:
+    if compression is None:
         while chunk := stream.read(size):
             yield chunk
-    except EOFError:
-        log.warning("%s: the %s stream ends early (a cut copy?): read what it held", path,
-                    compression)  # fmt: skip
+        return
+    inflate: _Inflater | None = _Inflater(compression, path)
+    while data := stream.read(size):
+        while data:
+            if inflate is None:  # between streams: padding, or the next one
+                data = data.lstrip(b"\0")
+                if not data:
+                    break
+                inflate = _Inflater(compression, path)
+            yield from inflate.pieces(data, size)
+            data = inflate.unused_data if inflate.eof else b""
+            if inflate.eof:
+                inflate = None
+    if inflate is not None:
+        if log_cut:
+            log.warning("%s: the %s stream ends early (a cut copy?): read what it held", path,
+                        compression)  # fmt: skip
         if on_cut is not None:
             on_cut()
-    except _INFLATE_ERRORS as exc:
-        if compression is None:
-            raise
-        raise InputFormatError(
-            path, f"{compression}-compressed, but it does not inflate: {exc}"
-        ) from None
 
 
 def _encoding(head: bytes) -> str:
@@ -126,7 +186,7 @@ def _encoding(head: bytes) -> str:
     return "utf-8-sig"
 
 
-def text_lines(path: Path, stream: io.BufferedIOBase, compression: str | None) -> Iterator[str]:
+def text_lines(path: Path, stream: BinaryIO, compression: str | None) -> Iterator[str]:
     """The lines of a text file open as ``stream`` (see :func:`open_binary`), newlines kept.
 
     A compressed stream cut short ends the lines with a warning, without its cut last line (a
@@ -147,7 +207,7 @@ def text_lines(path: Path, stream: io.BufferedIOBase, compression: str | None) -
 class _Chunks(io.RawIOBase):
     """A raw stream over :func:`inflated_chunks` (so that a cut stream just ends)."""
 
-    def __init__(self, path: Path, stream: io.BufferedIOBase, compression: str | None) -> None:
+    def __init__(self, path: Path, stream: BinaryIO, compression: str | None) -> None:
         self._chunks = inflated_chunks(path, stream, compression, _TEXT_CHUNK, self._note_cut)
         self._pending = memoryview(b"")
         self.cut = False

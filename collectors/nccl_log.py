@@ -40,6 +40,7 @@ import numpy.typing as npt
 
 from agent.errors import InputFormatError
 from collectors._text import inflated_chunks, open_binary
+from collectors.nccl_stamps import UNDATED_LIMIT, UndatedClock, other_lead_time
 
 __all__ = [
     "DATATYPE_SIZES",
@@ -616,9 +617,11 @@ def _lead_stamp(line: str) -> str | None:
 
 
 def _line_time(line: str) -> float | None:
-    """The time of a timestamp that starts the line, if any."""
+    """The time of a timestamp that starts the line, if any (see also :mod:`.nccl_stamps`)."""
     stamp = _lead_stamp(line)
-    return parse_timestamp(stamp) if stamp is not None else None
+    if stamp is not None:
+        return parse_timestamp(stamp)
+    return other_lead_time(line)
 
 
 def _finer_lead(line: str) -> float | None:
@@ -1120,6 +1123,21 @@ class LiveDecoder:
         self._kind_index: dict[CallKind, int] = {}
         self._kind_bytes: list[float] = []
         self._pairs: dict[tuple[str | None, str | None], int] = {}
+        self._undated = UndatedClock()
+        self._process_ids: dict[str, int] = {}
+
+    def unwrap_undated(self, stamps: _F64, processes: Iterable[str]) -> _F64:
+        """Stamps without a date (:mod:`collectors.nccl_stamps`) with the days they passed.
+
+        ``processes`` names each stamp's "host:pid"; the count carries over calls.
+        """
+        if not bool((stamps < UNDATED_LIMIT).any()):
+            return stamps
+        ids = self._process_ids
+        if len(ids) >= UndatedClock.MAX_PROCESSES:
+            ids.clear()
+        who = np.array([ids.setdefault(p, len(ids)) for p in processes], dtype=np.intp)
+        return self._undated.unwrap(stamps, who)
 
     def comm_id(self, process: str, comm: str) -> str | None:
         """The ``commId`` an Init line gave this process's comm pointer (NCCL 2.16+), if any.
@@ -1279,9 +1297,15 @@ class LiveDecoder:
             self._decode_chunk("".join(joined), stamps, kinds)
         if not kinds:
             return np.empty(0, dtype=np.float64), np.empty(0, dtype=np.intp)
-        if len(kinds) == 1:
-            return stamps[0], kinds[0]
-        return np.concatenate(stamps), np.concatenate(kinds)
+        all_stamps, all_kinds = (
+            (stamps[0], kinds[0])
+            if len(kinds) == 1
+            else (np.concatenate(stamps), np.concatenate(kinds))
+        )
+        if bool((all_stamps < UNDATED_LIMIT).any()):
+            processes = [self._kinds[k][4] for k in all_kinds.tolist()]
+            all_stamps = self.unwrap_undated(all_stamps, processes)
+        return all_stamps, all_kinds
 
     def kind(self, kind: int) -> CallKind:
         """(op, S or None, nranks or 0, comm, "host:pid", peer) of a :meth:`decode_chunks` kind."""
@@ -1620,6 +1644,11 @@ class NcclLogAccumulator:
         sig_peer = np.array(self._sig_peer, dtype=np.int32)
         times = np.array(self._times, dtype=np.float64)
         keys = tuple(self._comm_index)
+        if bool((times < UNDATED_LIMIT).any()):  # stamps without a date: count the days
+            process_ids: dict[tuple[str | None, int | None], int] = {}
+            of_comm = np.array([process_ids.setdefault(k[:2], len(process_ids)) for k in keys],
+                               dtype=np.intp)  # fmt: skip
+            times = UndatedClock().unwrap(times, of_comm[call_comm])
         comms = {
             key: CommInfo(
                 host=key[0],
@@ -1821,13 +1850,16 @@ _CHUNK = 1 << 20
 def _iter_lines(path: Path, max_line_bytes: int) -> Iterator[bytes | None]:
     """Yield the file's lines as bytes (no LF / CR LF, no NUL); None for an over-long line.
 
+    The unfinished last line of a compressed stream cut short is left out.
+
     Reads in fixed chunks, so an over-long line is skipped, never held whole in memory.
     """
     stream, compression = open_binary(path)
+    cut: list[bool] = []
     with stream:
         pending = bytearray()
         skipping = False  # inside an over-long line: drop bytes up to its newline
-        for raw in inflated_chunks(path, stream, compression, _CHUNK):
+        for raw in inflated_chunks(path, stream, compression, _CHUNK, lambda: cut.append(True)):
             # NUL runs are no text: logrotate's copytruncate leaves a hole of them where the
             # writer's offset still points, which glued to the next record made it over-long.
             chunk = raw.replace(b"\0", b"") if b"\0" in raw else raw
@@ -1854,7 +1886,7 @@ def _iter_lines(path: Path, max_line_bytes: int) -> Iterator[bytes | None]:
                 start = nl + 1
         if skipping:
             yield None
-        elif pending:
+        elif pending and not cut:  # (a line cut with its stream could read as a shorter S)
             yield bytes(pending.removesuffix(b"\r"))
 
 

@@ -30,6 +30,7 @@ import glob
 import hashlib
 import json
 import logging
+import math
 import os
 import time
 from collections.abc import Callable, Iterable
@@ -460,8 +461,10 @@ def decode_batch(
                 (c.timestamp_s, c.op, c.s_bytes, c.nranks or 0, c.comm, c.process, c.peer)
                 for c in decoder.decode(line)
             )
-    for stamp, op, size, call_nranks, comm, process, _peer in calls:
-        times.append(time_of(stamp, arrival))
+    raw = np.array([math.nan if c[0] is None else c[0] for c in calls], dtype=np.float64)
+    stamps = decoder.unwrap_undated(raw, (c[5] for c in calls)).tolist()
+    for stamp, (_, op, size, call_nranks, comm, process, _peer) in zip(stamps, calls, strict=True):
+        times.append(time_of(None if math.isnan(stamp) else stamp, arrival))
         sizes.append(float("nan") if size is None else float(size))
         entry = ops.get(op)
         if entry is None:

@@ -82,25 +82,22 @@ https://www.tcpdump.org/linktypes.html.
 from __future__ import annotations
 
 import bisect
-import bz2
 import contextlib
-import lzma
 import mmap
 import socket
 import struct
 import tempfile
-import zlib
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import BinaryIO, Protocol, TypeAlias
+from typing import BinaryIO, TypeAlias
 
 import numpy as np
 import numpy.typing as npt
 
 from agent.errors import InputFormatError
-from collectors._text import open_binary
+from collectors._text import inflated_chunks, open_binary
 
 __all__ = [
     "ACK_MATCH_WINDOW_NS",
@@ -2581,8 +2578,7 @@ def read_capture(path: Path) -> Capture:
         stream, compression = open_binary(path)
         with stream:
             if compression is not None:
-                with path.open("rb") as raw:
-                    return _read_compressed(raw, compression, path)
+                return _read_compressed(stream, compression, path)
             try:
                 mm = mmap.mmap(stream.fileno(), 0, access=mmap.ACCESS_READ)
             except (ValueError, OSError):  # empty file, pipe, or a file system without mmap
@@ -2595,53 +2591,23 @@ def read_capture(path: Path) -> Capture:
         raise InputFormatError(path, f"cannot read the file: {exc.strerror or exc}") from exc
 
 
-class _Inflater(Protocol):
-    """What zlib's, bz2's and lzma's incremental decompressors have in common."""
-
-    @property
-    def eof(self) -> bool: ...
-
-    @property
-    def unused_data(self) -> bytes: ...
-
-    def decompress(self, data: bytes) -> bytes: ...
-
-
-def _inflater(compression: str) -> _Inflater:
-    if compression == "bzip2":
-        return bz2.BZ2Decompressor()
-    if compression == "xz":
-        return lzma.LZMADecompressor()
-    return zlib.decompressobj(wbits=31)  # gzip framing
-
-
 def _read_compressed(f: BinaryIO, compression: str, path: Path) -> Capture:
     """A compressed capture (``.pcap.gz``, ``.pcap.bz2``, ``.pcap.xz``), inflated first.
 
-    It goes to an unnamed temporary file, mapped and read from there like any other.
-    Incremental decompressors rather than the file objects the text readers use, so that a
-    stream cut short keeps every byte it inflated to (the capture reader then says where the
-    last record was cut), with a warning; concatenated streams (``pbzip2``) are all read.
+    It goes to an unnamed temporary file, mapped and read from there like any other. A stream
+    cut short keeps every byte it inflated to (the capture reader then says where the last
+    record was cut), with a warning; concatenated streams (``pbzip2``) are all read.
     """
-    cut: str | None = None
+    cut: list[str] = []
     with tempfile.TemporaryFile() as tmp:
-        inflate = _inflater(compression)
-        while data := f.read(_INFLATE_CHUNK):
-            while data:
-                try:
-                    tmp.write(inflate.decompress(data))
-                except (zlib.error, lzma.LZMAError, OSError, EOFError, ValueError) as exc:
-                    # (bz2 says "Invalid data stream" as an OSError)
-                    raise InputFormatError(
-                        path, f"{compression}-compressed, but it does not inflate: {exc}"
-                    ) from exc
-                data = inflate.unused_data  # a next stream (files concatenated)
-                if data:
-                    inflate = _inflater(compression)
-        if not inflate.eof:
-            cut = (
+        for chunk in inflated_chunks(
+            path, f, compression, _INFLATE_CHUNK,
+            lambda: cut.append(
                 f"the {compression} stream ends early (a cut download or copy?): read what it held"
-            )
+            ),
+            log_cut=False,
+        ):  # fmt: skip
+            tmp.write(chunk)
         tmp.flush()
         if tmp.tell() == 0:
             raise InputFormatError(path, f"{compression}-compressed, but it inflates to nothing")
@@ -2650,9 +2616,9 @@ def _read_compressed(f: BinaryIO, compression: str, path: Path) -> Capture:
             capture = _parse(mm, path)
         finally:
             _close(mm)
-    if cut is None:
+    if not cut:
         return capture
-    return replace(capture, stats=replace(capture.stats, warnings=(*capture.stats.warnings, cut)))
+    return replace(capture, stats=replace(capture.stats, warnings=(*capture.stats.warnings, *cut)))
 
 
 def _close(mm: mmap.mmap) -> None:

@@ -647,13 +647,23 @@ def _beyond_inner(
             continue
         if lv.peaks.comb(step, 0.5 * lv.x.size) < 0.8:
             return None
-        own = lv.peaks.near(lag, 0.03 * lag)[1]
-        # two on each side: a rhythm of a non-whole number of samples peaks higher at every
-        # other multiple (whole lags) when its bursts are as narrow as a sample
+        own = _peak_mass(lv, lag)
         others = [lag + k * step for k in (-2, -1, 1, 2) if lag + k * step >= step]
-        around = max(lv.peaks.near(o, 0.03 * o)[1] for o in others)
-        return own > around + 0.01
+        return own > max(_peak_mass(lv, o) for o in others) + 0.01
     return None
+
+
+def _peak_mass(lv: _Level, lag: float) -> float:
+    """Mean NSDF over the three whole lags nearest the highest one within ``lag`` ± 3 %.
+
+    Not the peak's height: bursts as narrow as a sample put a whole peak on one lag where
+    their spacing is a whole number of samples and split it over two elsewhere, so the
+    multiple of a rhythm nearest a whole lag (where an alias lands) peaked highest; the
+    three lags hold the peak whichever way it splits.
+    """
+    centre = round(lv.peaks.near(lag, 0.03 * lag)[0])
+    seg = lv.r[max(1, centre - 1) : centre + 2]
+    return float(seg.mean()) if seg.size else -1.0
 
 
 def _confirmed(finer: PyramidLevel, det: LevelDetection, cfg: DetectorSettings) -> bool:

@@ -16,22 +16,40 @@ from agent.analyze import analyze_files
 START = datetime(2026, 3, 4, 9, 30, 0, tzinfo=UTC)
 
 
-def _log(path: Path, period: float, steps: int, jitter: float, seed: int) -> Path:
-    """Two ranks, two AllReduces a step 3 ms apart; each step's length jitters uniformly."""
+#: Two AllReduces 3 ms apart a step, as (fraction of the step, count).
+PAIR = ((0.0, 25_000_000), (0.003, 25_000_000))
+#: A small AllReduce after each of three micro-batches, then the gradients' six buckets.
+MICRO = tuple((q / 4 - 0.02, 100_000) for q in (1, 2, 3)) + tuple(
+    (0.95 + 0.04 * i / 6, 4_000_000) for i in range(6)
+)
+
+
+def _log(
+    path: Path,
+    period: float,
+    steps: int,
+    jitter: float,
+    seed: int,
+    calls: tuple[tuple[float, int], ...] = PAIR,
+) -> Path:
+    """Two ranks, ``calls`` a step (PAIR's offsets in seconds, else fractions of the step);
+    each step's length jitters uniformly."""
     rng = np.random.default_rng(seed)
-    lines, t = [], 0.0
-    for step in range(steps):
-        for k in range(2):
+    lines, t, op = [], 0.0, 0
+    for _ in range(steps):
+        for at, count in calls:
+            offset = at if calls is PAIR else at * period
             for r in range(2):
-                stamp = (START + timedelta(seconds=t + 0.003 * k + 2e-4 * r)).strftime(
+                stamp = (START + timedelta(seconds=t + offset + 2e-4 * r)).strftime(
                     "[%Y-%m-%d %H:%M:%S.%f] "
                 )
                 lines.append(
                     f"{stamp}node1:{1000 + r}:{1000 + r} [{r}] NCCL INFO AllReduce: opCount "
-                    f"{2 * step + k:x} sendbuff 0x7f1a2c000000 recvbuff 0x7f1a2c000000 count "
-                    f"25000000 datatype 9 op 0 root 0 comm 0x55d0c0a0b0c{r} [nranks=2] stream "
+                    f"{op:x} sendbuff 0x7f1a2c000000 recvbuff 0x7f1a2c000000 count "
+                    f"{count} datatype 9 op 0 root 0 comm 0x55d0c0a0b0c{r} [nranks=2] stream "
                     "0x5581e2a0c0d0"
                 )
+            op += 1
         t += period * (1.0 + jitter * rng.uniform(-1.0, 1.0))
     path.write_text("\n".join(lines) + "\n")
     return path
@@ -47,3 +65,15 @@ def test_regular_steps_read_their_own_period(tmp_path: Path, period: float, step
         if t is None or abs(t / period - 1.0) > 0.02:
             wrong.append((jitter, t, round(est.estimate.confidence, 2)))
     assert not wrong
+
+
+@pytest.mark.parametrize("period", [1.0, 3.0])
+@pytest.mark.parametrize("jitter", [0.0, 0.02])
+def test_micro_batch_syncs_leave_no_outer_alias(
+    tmp_path: Path, period: float, jitter: float
+) -> None:
+    """Small syncs at each quarter step: on the level where a step is 2.6 samples their fifth
+    harmonic aliased to 7 T, and 7 T (on a whole lag of the finer levels, where narrow calls
+    peak highest) was reported as the step at confidence 1.0, with T as its inner period."""
+    est = analyze_files(nccl_logs=[_log(tmp_path / "m.log", period, 50, jitter, 7, MICRO)])
+    assert est.estimate.period_s == pytest.approx(period, rel=0.01)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, Final
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -581,17 +581,7 @@ def _events_series(
     n = max(1, int((float(times[-1]) - t0) / dt) + 1)
     idx = np.minimum(((times - t0) / dt).astype(np.int64), n - 1)
     series = np.bincount(idx, weights=weights, minlength=n) / dt
-    if resolution_s <= 0 and n > _EVENT_KERNEL.size:
-        series = np.convolve(series, _EVENT_KERNEL, mode="same")
     return series, dt, t0
-
-
-#: Each call spread over 7 bins (a triangle, centred). A call is an instant, and an instant
-#: lands in one bin: a step of a non-whole number of bins then repeats its spikes one bin
-#: early or late, and the NSDF peaked higher at the multiple of the step nearest a whole
-#: number of bins than at the step (0.45 s steps at 1.08 ms bins, no jitter: T = 1.8 s,
-#: 14 of 60 regular logs wrong, see tests/unit/test_nccl_regular_steps.py).
-_EVENT_KERNEL: Final = np.convolve(np.ones(4), np.ones(4)) / 16.0
 
 
 def log_series(mix: CollectiveMix) -> tuple[FloatArray, float, float] | None:

@@ -624,7 +624,7 @@ def _visible(lv: _Level | None, lag: float, reference: float, tol: float = 0.1) 
 
 
 def _beyond_inner(
-    levels: list[_Level | None], dts: list[float], det: LevelDetection, inner_s: float
+    pyramid: list[PyramidLevel], prepared: list[_Level | None], det: LevelDetection, inner_s: float
 ) -> bool | None:
     """Whether ``det``'s period repeats better than a clean inner rhythm makes it repeat.
 
@@ -639,9 +639,10 @@ def _beyond_inner(
     no level to judge on, or an inner rhythm too weak to judge by (a real FSDP job's layer
     gathers under 8 % step jitter: comb 0.2-0.3).
     """
-    for lv, dt in zip(levels[: det.level][::-1], dts[: det.level][::-1], strict=True):
+    for level, lv in reversed(list(enumerate(prepared[: det.level]))):
         if lv is None:
             continue
+        dt = pyramid[level].dt
         lag, step = det.period_s / dt, inner_s / dt
         if step < 4.0 or 2.0 * (lag + 2.0 * step) > lv.x.size:
             continue
@@ -1718,14 +1719,13 @@ def estimate_period(
     # longer shows is the iteration period; the current one becomes its inner period.
     current = valid[0]
     inner: LevelDetection | None = None
-    dts = [lv.dt for lv in pyramid]
     for det in valid[1:]:
         ratio = det.period_s / current.period_s
         if ratio < 3.0 or ratio > cfg.max_inner_ratio:
             continue
         if _visible(prepared[det.level], current.period_s / det.dt, det.comb):
             continue
-        if _beyond_inner(prepared, dts, det, current.period_s) is False:
+        if _beyond_inner(pyramid, prepared, det, current.period_s) is False:
             continue
         if not _confirmed(pyramid[det.level - 1], det, cfg):
             continue

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import re
 from array import array
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import lru_cache
@@ -1124,20 +1124,13 @@ class LiveDecoder:
         self._kind_bytes: list[float] = []
         self._pairs: dict[tuple[str | None, str | None], int] = {}
         self._undated = UndatedClock()
-        self._process_ids: dict[str, int] = {}
 
-    def unwrap_undated(self, stamps: _F64, processes: Iterable[str]) -> _F64:
+    def unwrap_undated(self, stamps: _F64, processes: Sequence[str]) -> _F64:
         """Stamps without a date (:mod:`collectors.nccl_stamps`) with the days they passed.
 
         ``processes`` names each stamp's "host:pid"; the count carries over calls.
         """
-        if not bool((stamps < UNDATED_LIMIT).any()):
-            return stamps
-        ids = self._process_ids
-        if len(ids) >= UndatedClock.MAX_PROCESSES:
-            ids.clear()
-        who = np.array([ids.setdefault(p, len(ids)) for p in processes], dtype=np.intp)
-        return self._undated.unwrap(stamps, who)
+        return self._undated.unwrap(stamps, processes)
 
     def comm_id(self, process: str, comm: str) -> str | None:
         """The ``commId`` an Init line gave this process's comm pointer (NCCL 2.16+), if any.
@@ -1645,10 +1638,7 @@ class NcclLogAccumulator:
         times = np.array(self._times, dtype=np.float64)
         keys = tuple(self._comm_index)
         if bool((times < UNDATED_LIMIT).any()):  # stamps without a date: count the days
-            process_ids: dict[tuple[str | None, int | None], int] = {}
-            of_comm = np.array([process_ids.setdefault(k[:2], len(process_ids)) for k in keys],
-                               dtype=np.intp)  # fmt: skip
-            times = UndatedClock().unwrap(times, of_comm[call_comm])
+            times = UndatedClock().unwrap(times, [keys[c][:2] for c in call_comm.tolist()])
         comms = {
             key: CommInfo(
                 host=key[0],

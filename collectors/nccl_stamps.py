@@ -22,6 +22,7 @@ missing date; a process silent for more than a day is not told from one silent f
 from __future__ import annotations
 
 import re
+from collections.abc import Hashable, Sequence
 from typing import Final
 
 import numpy as np
@@ -106,17 +107,19 @@ class UndatedClock:
     MAX_PROCESSES = 4096
 
     def __init__(self) -> None:
-        self._last: dict[object, tuple[float, float]] = {}  # process -> (last stamp, offset)
+        self._last: dict[Hashable, tuple[float, float]] = {}  # process -> (last stamp, offset)
 
-    def unwrap(self, stamps: F64, processes: npt.NDArray[np.intp]) -> F64:
-        """``stamps`` with the passed days added where undated; ``processes`` labels each."""
+    def unwrap(self, stamps: F64, processes: Sequence[Hashable]) -> F64:
+        """``stamps`` with the passed days added where undated; ``processes`` names each."""
         undated = np.flatnonzero(stamps < UNDATED_LIMIT)  # NaN compares False
         if not undated.size:
             return stamps
         out = stamps.copy()
-        who = processes[undated]
-        for p in np.unique(who).tolist():
-            at = undated[who == p]
+        groups: dict[Hashable, list[int]] = {}
+        for i in undated.tolist():
+            groups.setdefault(processes[i], []).append(i)
+        for p, where in groups.items():
+            at = np.array(where, dtype=np.intp)
             raw = stamps[at]
             last, offset = self._last.get(p, (raw[0], 0.0))
             prev = np.concatenate(([last], raw[:-1]))

@@ -462,7 +462,7 @@ def decode_batch(
                 for c in decoder.decode(line)
             )
     raw = np.array([math.nan if c[0] is None else c[0] for c in calls], dtype=np.float64)
-    stamps = decoder.unwrap_undated(raw, (c[5] for c in calls)).tolist()
+    stamps = decoder.unwrap_undated(raw, [c[5] for c in calls]).tolist()
     for stamp, (_, op, size, call_nranks, comm, process, _peer) in zip(stamps, calls, strict=True):
         times.append(time_of(None if math.isnan(stamp) else stamp, arrival))
         sizes.append(float("nan") if size is None else float(size))

@@ -337,7 +337,7 @@ def test_t_stays_in_the_scrape_when_a_fast_job_is_re_locked() -> None:
     each of two re-locks. Now the lock is shown on the last locked estimate until the window
     has regrown, without D or V (they depend on the new T and the old window)."""
     wave = ChangingSquareWave(0.1, 0.13, 6.0)
-    seen = _run(wave, PipelineSettings(hop_s=0.25, counter_rate_hz=200), 10.0)
+    seen = _run(wave, PipelineSettings(hop_s=0.25, counter_rate_hz=200), 10.5)
     assert wave.started is not None
     after = [s for s in seen if s.time_s - wave.started > 5.0]
     assert after
@@ -347,8 +347,13 @@ def test_t_stays_in_the_scrape_when_a_fast_job_is_re_locked() -> None:
     assert all(
         e is not None and e.duty_cycle is None and e.bytes_per_iteration is None for e in held
     )
-    late = [s.estimate.period_s for s in after if s.time_s - wave.started > 8.5]
-    assert late
+    # The new T within 3 s of the change: the re-lock (0.5 s), the regrown window (2 s), and
+    # two hops of slack for a busy host. Under load the watch can miss the change and two
+    # windows straddling it re-lock on a value between the steps (0.117 s on a CI run; 0.112
+    # and 0.124 s with the event loop stalled up to 0.1 s at random), shown on the held
+    # estimate until the window has regrown and corrected by the next two windows.
+    late = [s.estimate.period_s for s in after if s.time_s - wave.started > 9.0]
+    assert len(late) >= 4
     assert all(t == pytest.approx(0.13, rel=0.02) for t in late), late
 
 

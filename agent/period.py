@@ -654,16 +654,47 @@ def _beyond_inner(
     return None
 
 
-def _peak_mass(lv: _Level, lag: float) -> float:
-    """Mean NSDF over the three whole lags nearest the highest one within ``lag`` ± 3 %.
+def _lattice_divisor(
+    valid: list[LevelDetection], pyramid: list[PyramidLevel], prepared: list[_Level | None]
+) -> LevelDetection | None:
+    """A coarser level's clean period that the finest valid one is a lattice multiple of.
+
+    Taken when the finest level repeats at each of its multiples as well as at its own
+    period. Narrow bursts on a step that is not a whole number of samples (NCCL calls binned at
+    ~1 ms, bursts of one poll) put the pairs one step apart on two lags and those m steps
+    apart on one lag when m steps are nearly whole: the NSDF peaks highest at that multiple,
+    and the finest level read 1.8 s (4 T, comb 0.99) where every coarser level read 0.45 s
+    (comb 0.97). By peak *mass* (five lags: two calls 3 ms apart spread a peak over them)
+    the multiples are alike and the step is the period. A real outer period stands above its
+    inner rhythm's multiples by mass too, and is kept.
+    """
+    finest = valid[0]
+    lv = prepared[finest.level]
+    if lv is None:
+        return None
+    dt = pyramid[finest.level].dt
+    own = _peak_mass(lv, finest.period_s / dt, 2)
+    for det in valid[1:]:
+        ratio = finest.period_s / det.period_s
+        m = round(ratio)
+        if det.level <= finest.level or m < 2 or abs(ratio - m) > 0.02 * m or det.comb < 0.8:
+            continue
+        if min(_peak_mass(lv, k * det.period_s / dt, 2) for k in range(1, m)) >= own - 0.02:
+            return det
+    return None
+
+
+def _peak_mass(lv: _Level, lag: float, half_width: int = 1) -> float:
+    """Mean NSDF over the lags within ``half_width`` of the highest one near ``lag`` (± 3 %).
 
     Not the peak's height: bursts as narrow as a sample put a whole peak on one lag where
     their spacing is a whole number of samples and split it over two elsewhere, so the
     multiple of a rhythm nearest a whole lag (where an alias lands) peaked highest; the
-    three lags hold the peak whichever way it splits.
+    three lags hold the peak whichever way it splits. A step of two calls a sample apart
+    spreads its peak over five.
     """
     centre = round(lv.peaks.near(lag, 0.03 * lag)[0])
-    seg = lv.r[max(1, centre - 1) : centre + 2]
+    seg = lv.r[max(1, centre - half_width) : centre + half_width + 1]
     return float(seg.mean()) if seg.size else -1.0
 
 
@@ -1717,7 +1748,7 @@ def estimate_period(
 
     # Walk fine → coarse: a coarser period ≥ 3× the current one at which the current one no
     # longer shows is the iteration period; the current one becomes its inner period.
-    current = valid[0]
+    current = _lattice_divisor(valid, pyramid, prepared) or valid[0]
     inner: LevelDetection | None = None
     for det in valid[1:]:
         ratio = det.period_s / current.period_s

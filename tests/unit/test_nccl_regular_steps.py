@@ -1,10 +1,11 @@
 """T from an NCCL log alone, on logs whose steps are regular: on pyramid levels too coarse
 to resolve the step, its (harmonics') aliases were taken for an outer period (0.45 s steps at
 1 % jitter read 3.18 s at confidence 0.92; small syncs each quarter step read 7 T at 1.0).
-Steps with almost no jitter (under 0.2 %) still read a multiple at times: the calls are
-instants, and a step of a non-whole number of bins peaks highest at its multiple nearest a
-whole number of bins (see the session note; spreading the calls fixed it but lowered the
-finest level's z on the simulator's default job)."""
+Steps with no jitter read a multiple: the calls are instants, and a step of a non-whole
+number of bins peaks highest at its multiple nearest a whole number of bins (0.45 s read
+1.8 s on the finest level while every coarser one read 0.45 s); the finest level's multiple
+now yields to a coarser level's step when the peaks' mass is alike at every multiple. Some
+zero-jitter shapes (long logs of 0.123 s steps, FSDP layers, pipeline stages) still do."""
 
 from __future__ import annotations
 
@@ -82,6 +83,18 @@ def test_micro_batch_syncs_leave_no_outer_alias(
     assert est.estimate.period_s == pytest.approx(period, rel=0.01)
 
 
+@pytest.mark.parametrize(
+    ("period", "steps"), [(0.45, 30), (0.45, 80), (0.45, 400), (1.0, 80), (1.0, 400), (0.123, 30)]
+)
+def test_steps_without_jitter_read_the_step_not_a_lattice_multiple(
+    tmp_path: Path, period: float, steps: int
+) -> None:
+    """Every one of these read a multiple (2.25, 1.8, 3.6, 4.0, 5.93, 0.615 s) at confidence
+    0.5-1.0 before the finest level's multiple yielded to the coarser levels' step."""
+    est = analyze_files(nccl_logs=[_log(tmp_path / "z.log", period, steps, 0.0, 0)])
+    assert est.estimate.period_s == pytest.approx(period, rel=0.01)
+
+
 #: Other steps' calls as (fraction of the step, count): a DDP backward's 8 buckets in its last
 #: 30 %; FSDP's 24 layers gathered forward, then gathered and reduce-scattered backward.
 SHAPES = {
@@ -102,3 +115,10 @@ def test_bucketed_and_layered_steps_read_their_own_period(
     taken for an outer period) before aliases were checked by their peaks' mass."""
     log = _log(tmp_path / "s.log", period, 300, jitter, 3, SHAPES[shape])
     assert analyze_files(nccl_logs=[log]).estimate.period_s == pytest.approx(period, rel=0.02)
+
+
+@pytest.mark.parametrize("period", [0.3, 1.0])
+def test_ddp_buckets_without_jitter_read_the_step(tmp_path: Path, period: float) -> None:
+    """300 steps of 8 buckets with no jitter read 2 T at confidence 0.99."""
+    log = _log(tmp_path / "d.log", period, 300, 0.0, 3, SHAPES["ddp buckets"])
+    assert analyze_files(nccl_logs=[log]).estimate.period_s == pytest.approx(period, rel=0.01)

@@ -134,8 +134,8 @@ PIPELINE = (
 
 
 def _pipeline_log(path: Path, period: float, steps: int, jitter: float, seed: int) -> Path:
-    """Two ranks of an 8-rank communicator, 0.1 ms apart; a step's calls share one opCount
-    (NCCL counts a group's calls as one operation)."""
+    """Two ranks of an 8-rank communicator, 0.1 ms apart. A step's calls share one opCount,
+    as a group's calls do in NCCL (here the all-reduce too: the period must not rest on it)."""
     rng = np.random.default_rng(seed)
     lines: list[tuple[float, str]] = []
     t = 0.0

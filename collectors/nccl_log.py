@@ -40,7 +40,7 @@ import numpy.typing as npt
 
 from agent.errors import InputFormatError
 from collectors._text import inflated_chunks, open_binary
-from collectors.nccl_stamps import UNDATED_LIMIT, UndatedClock, other_lead_time
+from collectors.nccl_stamps import UNDATED_LIMIT, UndatedClock, epoch_seconds, other_lead_time
 
 __all__ = [
     "DATATYPE_SIZES",
@@ -212,10 +212,14 @@ _HOST_PID_TID_DEV = (
 )
 
 # Every INFO/WARN prefix. WARN adds "file:line " (2.3 → 2.30.4) and "file:line (function) "
-# (2.30.7+, src/debug.cc @ v2.30.7-1) before "NCCL WARN".
+# (2.30.7+, src/debug.cc @ v2.30.7-1) before "NCCL WARN". RCCL of 2019 (ROCm 2.x) put the
+# wall-clock time in µs since the epoch after the device ("host:24888:25056 [1]
+# 1558545003174220 NCCL INFO AllReduce: ...", the form ROCm's rocm-timeline-generator.py
+# parses): an integer of 10, 13, 16 or 19 digits there is read as s, ms, µs or ns.
 _PREFIX_RE: Final = _rx(
     _TS
     + _HOST_PID_TID_DEV
+    + r"(?:(?P<epoch>\d{10}(?:\d{3}){0,3}) )?"
     + r"(?:(?P<src>[^\s()]+:\d+)(?: \((?P<func>[^)\s]*)\))? )?NCCL (?P<level>INFO|WARN) "
 )
 
@@ -888,6 +892,8 @@ def _records(line: str) -> tuple[list[NcclEvent], int]:
         msg = line[p.end() : end]
         ts_text = p["ts"]
         ts = parse_timestamp(ts_text) if ts_text is not None else lead
+        if ts is None and p["epoch"] is not None:
+            ts = epoch_seconds(p["epoch"])
         if ts_text is not None and "." not in ts_text and "," not in ts_text:
             ts = _finer_lead(line) or ts
         host, pid, tid, dev = _unglued(p["host"]), int(p["pid"]), int(p["tid"]), int(p["dev"])

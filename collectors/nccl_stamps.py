@@ -28,7 +28,7 @@ from typing import Final
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["UNDATED_LIMIT", "UndatedClock", "other_lead_time"]
+__all__ = ["UNDATED_LIMIT", "UndatedClock", "epoch_seconds", "other_lead_time"]
 
 F64 = npt.NDArray[np.float64]
 
@@ -64,6 +64,15 @@ def _fraction(digits: str | None) -> float:
     return int(digits) / 10.0 ** len(digits) if digits else 0.0
 
 
+def epoch_seconds(digits: str) -> float | None:
+    """POSIX seconds of whole s, ms, µs or ns since the epoch, told apart by the digit count.
+
+    None for a count that is none of them (a date from 1973 to 2286 has 9-11 digits in s).
+    """
+    scale = _EPOCH_SCALE.get(len(digits))
+    return None if scale is None else int(digits) * scale
+
+
 def other_lead_time(line: str) -> float | None:
     """Seconds of a stamp of one of the forms above that starts ``line`` (None: none).
 
@@ -77,10 +86,10 @@ def other_lead_time(line: str) -> float | None:
         return None
     epoch = m["epoch"]
     if epoch is not None:
-        scale = _EPOCH_SCALE.get(len(epoch))
-        if scale is None or (m["efrac"] is not None and scale != 1.0):
+        seconds = epoch_seconds(epoch)
+        if seconds is None or (m["efrac"] is not None and _EPOCH_SCALE[len(epoch)] != 1.0):
             return None
-        return int(epoch) * scale + _fraction(m["efrac"])
+        return seconds + _fraction(m["efrac"])
     hours = int(m["h"])
     if hours > 23 or (m["frac"] is None and _DEV_RE.match(line, m.end()) is not None):
         return None  # (a numeric host: "10:12:34 [0] NCCL INFO" is host:pid:tid [dev])

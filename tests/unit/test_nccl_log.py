@@ -557,6 +557,54 @@ def test_an_rccl_log_reports_its_library_and_version(tmp_path: Path) -> None:
     assert summary.collectives["AllReduce"].count == 1
 
 
+# RCCL of 2019 (ROCm 2.x) printed the time in µs since the epoch after the device; the line is
+# the one ROCm's rocm-timeline-generator.py quotes ("RCCL non-standard timestamps"), its comm
+# pointer rejoined to the line it was wrapped from.
+_RCCL_2019 = (
+    "rocm-framework-3:24888:25056 [1] {stamp} NCCL INFO AllReduce: opCount {op:x} sendbuff "
+    "0x7f80b54bad00 recvbuff 0x7f81cce12200 count 1001 datatype 7 op 0 root 0 comm "
+    "0x7f80467b9770 [nranks=2] stream 0x7f804680c090"
+)
+
+
+@pytest.mark.parametrize(
+    ("stamp", "seconds"),
+    [
+        ("1558545003174220", 1558545003.17422),  # µs, as that RCCL printed it
+        ("1558545003174", 1558545003.174),  # ms
+        ("1558545003174220123", 1558545003.174220123),  # ns
+        ("1558545003", 1558545003.0),  # s
+    ],
+)
+def test_rccl_2019_epoch_stamp_after_the_device_is_the_time(stamp: str, seconds: float) -> None:
+    """The stamp used to cost the line its host, pid and time (it was read as prefix-less)."""
+    event = parse_line(_RCCL_2019.format(stamp=stamp, op=1))
+    assert isinstance(event, CollLine)
+    assert (event.host, event.pid, event.tid, event.dev) == ("rocm-framework-3", 24888, 25056, 1)
+    assert event.timestamp_s == pytest.approx(seconds, abs=1e-6)
+    assert event.s_bytes == 4004
+
+
+def test_an_rccl_2019_log_gives_its_call_times_and_step(tmp_path: Path) -> None:
+    """Three AllReduces a 0.25 s step, µs stamps: the file and the live decoder time every call,
+    and the step is read from the log alone."""
+    t0 = 1_558_545_003_174_220
+    times = [t0 + round(1e6 * (0.25 * k + 0.01 * j)) for k in range(80) for j in range(3)]
+    lines = [_RCCL_2019.format(stamp=t, op=i) for i, t in enumerate(times)]
+    path = tmp_path / "rccl-2019.log"
+    path.write_text("\n".join(lines) + "\n")
+    summary = read_nccl_log(path)
+    assert summary.collectives["AllReduce"].count == len(times)
+    assert np.allclose(summary.call_times_s, np.array(times) / 1e6, rtol=0, atol=2e-6)
+    stamps, kinds = LiveDecoder().decode_chunks(["\n".join(lines) + "\n"])
+    assert kinds.size == len(times)
+    assert np.allclose(stamps, np.array(times) / 1e6, rtol=0, atol=2e-6)
+    from agent.analyze import analyze_files
+
+    est = analyze_files(nccl_logs=[path]).estimate
+    assert est.period_s == pytest.approx(0.25, rel=0.01)
+
+
 # RCCL's own op names, in lines built from its format strings (ROCm/rccl src/collectives.cc,
 # src/misc/msccl/msccl_lifecycle.cc: "%s: opCount %lx sendbuff %p recvbuff %p count %zu datatype
 # %d op %d root %d comm %p [nranks=%d] stream %p task %d globalrank %d"); no public log has them.

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from agent.call_sequence import call_kinds
 from agent.errors import InputFormatError
 from agent.estimate import (
     CollectiveMix,
@@ -322,7 +323,18 @@ def collective_mix(summary: NcclLogSummary) -> CollectiveMix:
         processes=_processes(summary),
         # NCCL's default timestamp format has whole seconds: its call times are that coarse.
         time_resolution_s=stamp_resolution(summary.call_times_s),
+        call_keys=call_kinds(summary.call_op_ids, summary.call_comm_ids, summary.call_peers),
+        call_processes=_call_processes(summary),
     )
+
+
+def _call_processes(summary: NcclLogSummary) -> npt.NDArray[np.int64]:
+    """A code per call of the process (host, pid) that logged it."""
+    owners = [(key[0], key[1]) for key in summary.comm_keys]
+    codes = {owner: i for i, owner in enumerate(dict.fromkeys(owners))}
+    table = np.array([codes[o] for o in owners] + [-1], dtype=np.int64)
+    ids = summary.call_comm_ids.astype(np.int64)
+    return table[np.where(ids >= 0, ids, len(owners))]
 
 
 #: A process that logged under this share of the busiest one's calls is no rank of the job.

@@ -16,6 +16,7 @@ import numpy as np
 import numpy.typing as npt
 
 from agent.bursts import BurstStats, burst_stats, step_silence
+from agent.call_sequence import SequenceStep, sequence_step
 from agent.period import DetectorSettings, PeriodResult, comes_in_trains, estimate_period
 from agent.rates import Direction, GridSeries, active_span, spread_slots
 from agent.regime import IDLE_BYTES_PER_S, RegimeFeatures, classify_regime, collective_shares
@@ -36,6 +37,7 @@ __all__ = [
 ]
 
 FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
 
 
 @dataclass(frozen=True)
@@ -61,6 +63,11 @@ class CollectiveMix:
     #: 0 when the calls carry NCCL's timestamps; else how coarse their times are (the log
     #: tailer's poll interval: calls stamped when read).
     time_resolution_s: float = 0.0
+    #: Per call (empty when unknown): a code of who made it and what it is (op, communicator,
+    #: peer; with its bytes it tells the calls of a step apart) and of the process that
+    #: logged it, for T from the call order when the times are coarse.
+    call_keys: IntArray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
+    call_processes: IntArray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
 
     @property
     def calls(self) -> int:
@@ -658,6 +665,48 @@ def arrival_period(times: FloatArray, resolution_s: float) -> float | None:
     return float(regular.mean())
 
 
+#: Newest calls whose order may time the step when their times are coarse: thousands of
+#: steps of any job, at a bounded cost (5 k calls/s fill a 120 s window with 600 k).
+MAX_SEQUENCE_CALLS = 20000
+#: Steps a sequence-timed T needs for full confidence (capped at ``SEQUENCE_CONFIDENCE``).
+SEQUENCE_FULL_STEPS = 16
+SEQUENCE_CONFIDENCE = 0.8
+
+
+def _sequence_result(seq: SequenceStep, res: float) -> PeriodResult:
+    """The step read from the call order as a period (see :mod:`agent.call_sequence`)."""
+    confidence = SEQUENCE_CONFIDENCE * min(1.0, seq.steps / SEQUENCE_FULL_STEPS) * seq.alike
+    note = (
+        f"the NCCL log's calls are timed to {res:g} s only: T comes from their order (each "
+        f"process repeats its {seq.calls_per_step} calls every step; {seq.steps} steps timed "
+        "by a call that comes once a step)"
+    )
+    return PeriodResult(
+        seq.period_s, confidence, cycles=float(seq.steps), method="sequence", warnings=(note,)
+    )
+
+
+#: Share of the polls holding calls above which a coarse log's binned period is a beat.
+MAX_BUSY_POLLS = 0.6
+
+
+def _busy_polls(times: FloatArray, res: float) -> float:
+    """Share of the polls (or whole seconds) from the first call to the last that hold calls."""
+    t = times[np.isfinite(times)]
+    if t.size < 2:
+        return 0.0
+    polls = np.unique(np.rint((t - t.min()) / res).astype(np.int64))
+    return polls.size / float(polls[-1] + 1)
+
+
+def _whole_multiple(period_s: float | None, step_s: float) -> bool:
+    """Whether ``period_s`` is 2, 3, ... times ``step_s`` (within 3 %)."""
+    if period_s is None:
+        return False
+    k = round(period_s / step_s)
+    return k >= 2 and abs(period_s / (k * step_s) - 1.0) <= 0.03
+
+
 def _log_period(
     mix: CollectiveMix, settings: DetectorSettings, expected_s: float | None = None
 ) -> PeriodResult | None:
@@ -665,22 +714,52 @@ def _log_period(
     if series is None:
         return None
     res = mix.time_resolution_s
+    seq = None
+    if res > 0 and mix.call_keys.size == mix.call_times.size == mix.call_processes.size:
+        newest = slice(-MAX_SEQUENCE_CALLS, None)
+        seq = sequence_step(
+            mix.call_times[newest],
+            mix.call_keys[newest],
+            mix.call_bytes[newest],
+            mix.call_processes[newest],
+            res,
+        )
+    if seq is not None and seq.period_s < MIN_ARRIVAL_POLLS * res:
+        return _sequence_result(seq, res)
     steps = None
-    if res > 0:
+    timed: PeriodResult | None = None
+    # Steps that can be timed leave polls without calls between them; calls in most polls are
+    # steps too short for the polls (whose trains merge: 1.3 s steps in whole seconds read as
+    # trains 4.35 s apart), or calls all through the steps.
+    busy = _busy_polls(mix.call_times, res) > MAX_BUSY_POLLS if res > 0 else False
+    if res > 0 and not busy:
         steps = arrival_period(mix.call_times[np.isfinite(mix.call_times)], res)
         if steps is not None and steps >= MIN_ARRIVAL_POLLS:
             span = float(np.nanmax(mix.call_times) - np.nanmin(mix.call_times))
             cycles = span / (steps * res)
             # Never a one-window lock (0.6): two windows must agree.
-            return PeriodResult(
+            timed = PeriodResult(
                 steps * res, 0.5 * min(1.0, cycles / 8.0), cycles=cycles, method="arrivals"
             )
-    rate, dt, t0 = series
-    result = estimate_period(rate, dt, t0=t0, settings=settings, expected_period_s=expected_s)
+    if timed is None:
+        rate, dt, t0 = series
+        timed = estimate_period(rate, dt, t0=t0, settings=settings, expected_period_s=expected_s)
+    if seq is not None:
+        # A step long enough to be timed: the timed calls have their say when they repeat at
+        # a whole multiple of the call order's period (which may be half a step: a, b, a, b).
+        if _whole_multiple(timed.period_s, seq.period_s):
+            return timed
+        return _sequence_result(seq, res)
+    result = timed
+    if result.method == "arrivals":
+        return result
     # Regular steps too short to time leave only the beat of the steps against the polls
-    # (0.47 s steps read every 0.2 s: a 1.4 s "period").
+    # (0.47 s steps read every 0.2 s: a 1.4 s "period"; 0.45 s steps in whole seconds: 4.5 s).
     if res > 0 and (
-        steps is not None or result.period_s is None or result.period_s < MIN_ARRIVAL_POLLS * res
+        busy
+        or steps is not None
+        or result.period_s is None
+        or result.period_s < MIN_ARRIVAL_POLLS * res
     ):
         why = (
             f"the NCCL log's calls are timed to {res:g} s only (COLL lines without a timestamp "

@@ -23,6 +23,7 @@ import numpy as np
 from agent.clock import Clock, MonotonicClock, Ticker
 from agent.errors import SourceError, SourceUnavailable
 from agent.estimate import (
+    MIN_ARRIVAL_POLLS,
     Estimate,
     EstimateInputs,
     busier_direction,
@@ -178,6 +179,9 @@ CAPTURE_SOURCE = "packet_capture"
 CAPTURE_SHARE = 0.9
 #: The network source in use changes only for one this much busier.
 SWITCH_MARGIN = 1.1
+#: Least span of an NCCL-only window, in resolutions of its calls' times when they are coarse
+#: (stamped when read, or whole seconds): T within about 1 % (20 s at the 0.2 s polls).
+COARSE_SPAN_RESOLUTIONS = 100.0
 
 
 @dataclass(frozen=True)
@@ -517,12 +521,19 @@ class Pipeline:
         self._network_source = best
         return best, means[best][1]
 
-    def _log_since(self, periods: float) -> float | None:
+    def _log_since(self, periods: float, *, coarse_span: bool = False) -> float | None:
         """Start of the NCCL log's window: ``periods`` locked periods back.
 
-        Never before the calls floor; None means the whole call window.
+        Never before the calls floor; None means the whole call window. With ``coarse_span``,
+        calls timed only to the poll (or second) keep ``COARSE_SPAN_RESOLUTIONS`` of those at
+        least: T from their order is as fine as the window is long (16 steps of 0.13 s read
+        every 0.2 s wandered from 0.117 to 0.134 s).
         """
         start = self._window_start(periods)
+        coarse = self._state.calls.resolution_s(start) if coarse_span else 0.0
+        if start is not None and coarse > 0:
+            span = min(self._cfg.window_s, COARSE_SPAN_RESOLUTIONS * coarse)
+            start = min(start, self._clock.now() - span)
         if self._calls_floor is None:
             return start
         return self._calls_floor if start is None else max(start, self._calls_floor)
@@ -545,7 +556,7 @@ class Pipeline:
         else:
             # The NCCL log alone: the locked window as for counters, not the whole call ring
             # (a change of step would otherwise wait for the old steps to leave the ring).
-            since = self._log_since(self._cfg.lock_window_periods)
+            since = self._log_since(self._cfg.lock_window_periods, coarse_span=True)
         mix = st.calls.mix(since=since)
         self._job_comm_id = st.calls.job_comm_id(since=since)
         if not grids and mix is None:
@@ -796,6 +807,11 @@ class Pipeline:
             # sync point (a bucketed all-reduce, a layer's gathers) merge into one burst whose
             # edges time the steps; 1 ms bins would show the spacing of single calls.
             mix = self._state.calls.mix(since=self._log_since(self._cfg.change_window_periods))
+            if mix is not None and locked_s < MIN_ARRIVAL_POLLS * mix.time_resolution_s:
+                # Steps timed by their calls' order (agent.call_sequence), shorter than the
+                # calls' times can time: binned, those show only the beat against the polls.
+                # A change of step is seen by the windows' own estimates.
+                return RecentWatch(None)
             dt = max(1e-3, locked_s / 64.0)
             now = self._clock.now()
             log_recent = log_grid(mix, dt, end=now) if mix is not None else None

@@ -690,19 +690,31 @@ class CollectiveWindow:
             self._ring.extend(rows)
             self._sizes.add(batch.s_bytes)
 
+    def resolution_s(self, since: float | None = None) -> float:
+        """How coarse the times of the calls since ``since`` are (0: NCCL's own, fine)."""
+        return self._coarse_s if since is None or self._coarse_until >= since else 0.0
+
     def mix(self, since: float | None = None) -> CollectiveMix | None:
         """The estimator's view: totals since start, timed calls within the window."""
         if not self.totals:
             return None
         rows = self._ring.since(since)
-        coarse = since is None or self._coarse_until >= since
+        resolution = self.resolution_s(since)
+        ids = processes = np.empty(0, dtype=np.int64)
+        if resolution > 0:  # T may have to come from the calls' order (agent.call_sequence)
+            ids = rows[:, 2].astype(np.int64)
+            owner = {p: i for i, p in enumerate(dict.fromkeys(k.process for k in self._keys))}
+            table = np.array([owner[k.process] for k in self._keys] + [-1], dtype=np.int64)
+            processes = table[ids]  # (-1, an unknown key, takes the last entry: -1)
         return CollectiveMix(
             ops=dict(self.totals),
             nranks=self.nranks,
             call_times=rows[:, 0],
             call_bytes=rows[:, 1],
             processes=len(self.processes),
-            time_resolution_s=self._coarse_s if coarse else 0.0,
+            time_resolution_s=resolution,
+            call_keys=ids,
+            call_processes=processes,
         )
 
     def table(self, since: float | None = None, limit: int | None = None) -> CallTable | None:

@@ -14,7 +14,7 @@ import pytest
 from agent.clock import MonotonicClock, Ticker
 from agent.errors import SourceError, SourceUnavailable
 from agent.pipeline import Pipeline, PipelineSettings, SinkHealth, Snapshot, SnapshotStore
-from collectors._base import CallBatch, CounterReading, Emit, Reading, Source
+from collectors._base import CallBatch, CallKey, CounterReading, Emit, Reading, Source
 
 
 class SquareWaveCounters:
@@ -441,6 +441,58 @@ def test_a_fast_nccl_only_job_read_every_poll_is_not_taken_for_stopped() -> None
     assert first is not None, seen
     after = [t for _, t in seen[first:]]
     assert all(t is not None and t == pytest.approx(0.1, rel=0.02) for t in after), after
+
+
+class StampedOnRead:
+    """An NCCL log without timestamps, as the tailer hands it over: every ``poll_s`` the calls
+    logged since, stamped with the time of the read. Each ``step`` s one process logs three
+    AllReduces of different sizes (two gradient buckets and the loss)."""
+
+    name = "nccl"
+    KEYS = (CallKey("AllReduce", "host:1", "0x5501", 8, -1, 0, "c0ffee"),)
+
+    def __init__(self, step: float, poll_s: float) -> None:
+        self.step, self.poll_s = step, poll_s
+        self.started: float | None = None
+
+    async def run(self, emit: Emit) -> None:
+        clock = MonotonicClock()
+        start = self.started = clock.now()
+        logged = 0
+        while True:
+            await asyncio.sleep(self.poll_s)
+            now = clock.now()
+            steps = int((now - start) / self.step)
+            if steps <= logged:
+                continue
+            n = 3 * (steps - logged)
+            emit(
+                CallBatch(
+                    times=np.full(n, now),
+                    s_bytes=np.tile([25e6, 9e6, 4.0], steps - logged),
+                    ops={"AllReduce": (n, 0)},
+                    nranks=8,
+                    processes=frozenset({"host:1"}),
+                    key_ids=np.zeros(n, dtype=np.int32),
+                    keys=self.KEYS,
+                    time_resolution_s=self.poll_s,
+                )
+            )
+            logged = steps
+
+
+def test_steps_shorter_than_the_log_reads_are_timed_by_their_calls_order() -> None:
+    """0.13 s steps whose calls are stamped when read, every 0.2 s: no T before (steps under
+    4 polls), now T from the call that comes once a step; and the step-change watch, which
+    would see only the beat of the steps against the reads, stays out of it."""
+    source = StampedOnRead(0.13, 0.2)
+    seen = _periods_seen(source, hop_s=0.5, run_s=9.0)  # type: ignore[arg-type]
+    assert source.started is not None
+    late = [t for at, t in seen if at - source.started >= 5.0]
+    assert len(late) >= 6
+    assert all(t is not None and t == pytest.approx(0.13, rel=0.02) for t in late), str(
+        [(round(at - source.started, 2), t) for at, t in seen]
+    )
 
 
 class StubbornSink:

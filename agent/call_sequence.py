@@ -1,0 +1,185 @@
+"""T from the order of an NCCL log's calls, when their times are too coarse to time a step.
+
+NCCL's default timestamp (2.26+, ``[%F %T]``) has whole seconds, and lines that carry none are
+timed when the tailer reads them: a step of 0.45 s or 1.3 s cannot be timed from such times,
+and binned they show only the beat of the steps against the second (4.5 s, 4.35 s, read as
+the period). But a training step issues the same calls in the same order every step (the
+same buckets, layers and communicators), so some kind of call (an op on a communicator, of
+one size) comes once a step: every P calls, with the same calls between two of them. Its
+coarse times, however coarse, grow by T a step on average: over K steps the quantisation of
+the first and the last one is all the error, res / (K·T). Pure: arrays in, a dataclass out.
+
+Limits: a step whose halves issue the same calls (bucket sizes a, b, a, b) reads half the
+step; all calls alike (one kind) say nothing about where a step ends and give no period;
+steps whose calls change from step to step (inference batches) have no marker, which is the
+right verdict for them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+__all__ = [
+    "MIN_STEPS",
+    "SequenceStep",
+    "call_kinds",
+    "sequence_step",
+    "step_marker",
+]
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+
+#: Fewest step intervals that time a process's step.
+MIN_STEPS = 8
+
+
+@dataclass(frozen=True)
+class SequenceStep:
+    """The step read from the call order: its time, its calls, and how well they repeat."""
+
+    period_s: float
+    calls_per_step: int
+    steps: int  # step intervals that timed it, all processes together
+    alike: float  # the worst process's share of steps that held the usual calls
+    processes: int
+
+
+def call_kinds(*columns: npt.ArrayLike) -> IntArray:
+    """One integer per call for the calls' identifying columns (op, communicator, bytes, ...).
+
+    NaN (an unknown size) is a value of its own.
+    """
+    cols = [np.nan_to_num(np.asarray(c, dtype=np.float64), nan=-1.0) for c in columns]
+    if not cols or cols[0].size == 0:
+        return np.empty(0, dtype=np.int64)
+    code = np.zeros(cols[0].size, dtype=np.int64)
+    for col in cols:  # pairwise, kept dense: 10x faster than unique rows (axis=0)
+        _, inverse = np.unique(col, return_inverse=True)
+        code = code * (int(inverse.max()) + 1) + inverse.reshape(-1)
+        _, code = np.unique(code, return_inverse=True)
+        code = code.reshape(-1).astype(np.int64)
+    return code
+
+
+#: Fewest occurrences of a kind that may mark the steps.
+MIN_MARKS = 5
+#: Share of a marker's intervals (in calls) that must be its usual one, give or take a call
+#: inserted or lost (a metrics AllReduce every few steps, a lost line).
+MIN_REGULAR = 0.8
+#: Share of those intervals that must hold the usual calls (the same ops, communicators and
+#: peers, whatever their sizes: MoE all-to-all sizes change every step).
+MIN_ALIKE = 0.6
+
+
+def step_marker(
+    kinds: IntArray, keys: IntArray, *, min_marks: int = MIN_MARKS
+) -> tuple[int, int, float] | None:
+    """The kind of call that marks one process's steps: (kind, calls per step, alike share).
+
+    A kind that comes once a step does so every P calls (give or take an inserted or lost
+    call), its mean interval is P too, and the calls between two of its occurrences are the
+    same every step. Of the kinds that do, the one that comes most often is taken: its
+    interval is the step (a kind that comes every few steps, such as a metrics AllReduce,
+    marks a multiple). A layer's kind in a ZeRO / FSDP step comes often and regularly too,
+    but its usual interval leaves the rest of the step out of account. None when no kind
+    marks steps; ``kinds`` (what each call is, sizes included) and ``keys`` (the same without
+    sizes) are per call in log order.
+    """
+    n = kinds.size
+    if n < 2 * min_marks:
+        return None
+    counts = np.bincount(kinds)
+    # Every kind's calls as a multiset: a random value per key, summed over an interval.
+    weight = np.random.default_rng(0).random(int(keys.max(initial=0)) + 2)
+    content = np.concatenate(([0.0], np.cumsum(weight[keys])))
+    for kind in np.argsort(-counts, kind="stable").tolist():
+        if counts[kind] < min_marks:
+            break
+        pos = np.flatnonzero(kinds == kind)
+        gaps = np.diff(pos)
+        usual = float(np.median(gaps))
+        if usual < 2:
+            continue  # back-to-back calls of one kind: no step boundary between them
+        regular = np.abs(gaps - usual) <= max(1.0, 0.1 * usual)
+        # The usual interval must account for the calls in between as well: a layer's
+        # ReduceScatter comes every other call through the backward pass, but the forward
+        # pass lies between its last and next one, once a step (36 calls, 12 of them its own:
+        # a mean interval of 3 against the usual 2). A call inserted every few steps, or a
+        # warm-up, moves the mean by a fraction of a call.
+        tiles = abs(float(gaps.mean()) - usual) <= max(0.5, 0.05 * usual)
+        if regular.mean() < MIN_REGULAR or not tiles:
+            continue
+        between = np.round(content[pos[1:]] - content[pos[:-1] + 1], 9)
+        _, alike = np.unique(between, return_counts=True)
+        share = float(alike.max()) / between.size
+        if share >= MIN_ALIKE:
+            return kind, round(usual), share
+    return None
+
+
+def _process_step(
+    times: FloatArray, kinds: IntArray, keys: IntArray, resolution_s: float
+) -> tuple[float, int, int, float] | None:
+    """(T, steps, calls per step, alike share) of one process's calls in log order."""
+    found = step_marker(kinds, keys)
+    if found is None:
+        return None
+    kind, calls, share = found
+    marks = times[kinds == kind]
+    d = np.diff(marks[np.isfinite(marks)])
+    if d.size < MIN_STEPS:
+        return None
+    typical = float(np.median(d))
+    # A pause (evaluation, checkpoint) is one long interval; the times of the others, each up
+    # to one resolution off, telescope within a run.
+    keep = (d >= 0) & (d <= 1.5 * typical + 2.0 * resolution_s)
+    kept = int(keep.sum())
+    if kept < MIN_STEPS or kept < 0.7 * d.size:
+        return None
+    total = float(d[keep].sum())
+    if total <= 0:
+        return None
+    return total / kept, kept, calls, share
+
+
+def sequence_step(
+    times: FloatArray,
+    keys: IntArray,
+    sizes: FloatArray,
+    processes: IntArray,
+    resolution_s: float,
+) -> SequenceStep | None:
+    """T from the calls' order: per process (``processes`` codes), the times of its step marker.
+
+    ``times``, ``keys`` (who made a call and what it is: op, communicator, peer) and
+    ``sizes`` (bytes) are per call, in log order within each process. The processes' T are
+    combined by their mean over those within 5 % of their median; None when no process has a
+    marker over ``MIN_STEPS`` steps.
+    """
+    n = times.size
+    if n == 0 or keys.size != n or sizes.size != n or processes.size != n:
+        return None
+    kinds = call_kinds(keys, sizes)
+    found = []
+    for proc in np.unique(processes).tolist():
+        mine = np.flatnonzero(processes == proc)
+        got = _process_step(times[mine], kinds[mine], keys[mine], resolution_s)
+        if got is not None:
+            found.append(got)
+    if not found:
+        return None
+    periods = np.array([f[0] for f in found])
+    median = float(np.median(periods))
+    agree = [f for f in found if abs(f[0] / median - 1.0) <= 0.05]
+    calls = int(np.median([f[2] for f in agree]))
+    return SequenceStep(
+        period_s=float(np.mean([f[0] for f in agree])),
+        calls_per_step=calls,
+        steps=sum(f[1] for f in agree),
+        alike=min(f[3] for f in agree),
+        processes=len(agree),
+    )

@@ -1,0 +1,199 @@
+"""T from the order of an NCCL log's calls when their times are whole seconds or poll instants.
+
+NCCL's default timestamp format (2.26+) has whole seconds, and the live tailer stamps lines
+without one when it reads them. Binned, such times show the beat of short steps against the
+second: 0.45 s steps read T = 4.54 s (confidence 0.31), 1.3 s steps 4.35 s (0.5, no warning).
+A step's calls repeat every step, so some kind of call comes once a step, with the same calls
+between two of its occurrences: its coarse times over many steps give T.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from agent.analyze import analyze_files
+from agent.call_sequence import sequence_step, step_marker
+from agent.estimate import EstimateInputs, estimate
+from agent.windows import CollectiveWindow
+from collectors._base import CallBatch, CallKey
+
+#: One DDP step's calls: five gradient buckets (the last one smaller) and the loss's AllReduce.
+DDP_STEP = [(0.00, 6_553_600), (0.01, 6_553_600), (0.02, 6_553_600), (0.03, 6_553_600),
+            (0.04, 1_200_000), (0.05, 1)]  # fmt: skip
+
+
+def _marker(pattern: list[int], repeats: int, keys: list[int] | None = None):
+    kinds = np.tile(np.asarray(pattern, dtype=np.int64), repeats)
+    same = np.tile(np.asarray(keys if keys is not None else pattern, dtype=np.int64), repeats)
+    return step_marker(kinds, same)
+
+
+@pytest.mark.parametrize(
+    ("pattern", "calls"),
+    [
+        ([0, 0, 0, 0, 1, 2], 6),  # DDP: equal buckets, a smaller last one, the loss
+        ([0, 1, 1, 1, 1, 2, 3, 3, 3, 3, 4], 11),  # FSDP: embeddings, 4 like blocks, head
+        ([0, 1, 0, 1], 2),  # a step whose halves issue the same calls reads half of it
+        ([5, 3], 2),
+    ],
+)
+def test_a_call_that_comes_once_a_step_marks_the_steps(pattern: list[int], calls: int) -> None:
+    found = _marker(pattern, 40)
+    assert found is not None
+    assert found[1:] == (calls, 1.0)
+
+
+def test_calls_all_alike_or_at_random_mark_no_steps() -> None:
+    assert _marker([0], 200) is None  # where a step ends cannot be told
+    rng = np.random.default_rng(3)
+    kinds = rng.integers(0, 12, 600)
+    assert step_marker(kinds, kinds) is None  # inference batches
+
+
+def test_a_layer_that_comes_often_is_no_step() -> None:
+    """ZeRO-3: a block's AllGather comes L times in the forward pass and L times, between the
+    ReduceScatters, in the backward one; the step is marked by the embeddings' calls."""
+    forward = [0] + [1] * 6
+    backward = [1, 2] * 6 + [3]
+    found = _marker(forward + backward, 30)
+    assert found is not None
+    assert found[1] == len(forward + backward)
+
+
+def test_a_metrics_call_every_few_steps_a_warm_up_and_a_lost_line_keep_the_step() -> None:
+    step = [0, 0, 0, 1, 2]
+    kinds = [7, 8, 9, 7, 8]  # init broadcasts
+    for k in range(60):
+        kinds += step + ([6] if k % 5 == 4 else [])  # the loss logged every 5 steps
+    del kinds[123]
+    found = step_marker(np.asarray(kinds), np.asarray(kinds))
+    assert found is not None
+    assert found[1] == 5
+    assert 0.6 <= found[2] < 1.0
+
+
+def test_sizes_that_change_every_step_keep_the_step_of_their_calls() -> None:
+    """MoE: the all-to-all's Send/Recv sizes follow the routing, the calls do not."""
+    rng = np.random.default_rng(1)
+    kinds, keys = [], []
+    for _ in range(50):
+        sizes = rng.integers(100, 10**6, 4).tolist()
+        kinds += [1, 2, 3, 4, *sizes, 5]
+        keys += [1, 2, 3, 4, 10, 11, 12, 13, 5]
+    found = step_marker(np.asarray(kinds), np.asarray(keys))
+    assert found is not None
+    assert found[1] == 9
+
+
+def _calls(step_s: float, seconds: float, *, ranks: int = 2, jitter: float = 0.03, seed: int = 0):
+    """(times, keys, sizes, processes) of DDP_STEP calls of ``ranks`` processes, in log order
+    (one AllReduce key per process)."""
+    rng = np.random.default_rng(seed)
+    starts = np.cumsum(step_s * (1.0 + jitter * rng.uniform(-1.0, 1.0, int(seconds / step_s))))
+    times, sizes, procs = [], [], []
+    for t in starts:
+        for r in range(ranks):
+            for at, size in DDP_STEP:
+                times.append(t + at * min(1.0, step_s) + 1e-4 * r)
+                sizes.append(size)
+                procs.append(r)
+    order = np.argsort(times, kind="stable")
+    t, s, p = (np.asarray(v)[order] for v in (times, sizes, procs))
+    procs = p.astype(np.int64)
+    return t, procs, s.astype(np.float64), procs
+
+
+@pytest.mark.parametrize("step_s", [0.061, 0.45, 1.3, 2.7, 7.3])
+def test_whole_second_times_give_the_step_from_the_call_order(step_s: float) -> None:
+    times, keys, sizes, procs = _calls(step_s, 600.0)
+    seq = sequence_step(np.floor(times), keys, sizes, procs, 1.0)
+    assert seq is not None
+    assert seq.calls_per_step == len(DDP_STEP)
+    assert seq.processes == 2
+    mean_step = (times[-1] - times[0]) / (seq.steps / seq.processes)
+    assert seq.period_s == pytest.approx(mean_step, rel=0.01)
+    assert seq.period_s == pytest.approx(step_s, rel=0.01)
+
+
+def test_a_checkpoint_pause_is_left_out_of_the_step() -> None:
+    times, keys, sizes, procs = _calls(0.45, 300.0)
+    times = np.where(times > 150.0, times + 40.0, times)
+    seq = sequence_step(np.floor(times), keys, sizes, procs, 1.0)
+    assert seq is not None
+    assert seq.period_s == pytest.approx(0.45, rel=0.01)
+
+
+def _log(path: Path, step_s: float, seconds: float, sizes: list[int]) -> Path:
+    """Two ranks' log in NCCL's default timestamp format, "[%F %T] " (whole seconds)."""
+    start = dt.datetime(2026, 12, 1, 1, 0, 0)
+    rng = np.random.default_rng(1)
+    lines, t, op = [], 0.37, 0
+    while t < seconds:
+        for j, count in enumerate(sizes):
+            for r in range(2):
+                stamp = (start + dt.timedelta(seconds=t + 0.004 * j)).strftime("[%F %T] ")
+                lines.append(
+                    f"{stamp}node1:{40 + r}:{40 + r} [{r}] NCCL INFO AllReduce: opCount "
+                    f"{op:x} sendbuff 0x1 recvbuff 0x2 count {count} datatype 7 op 0 root 0 "
+                    f"comm 0x3{r} [nranks=8] stream 0x4"
+                )
+            op += 1
+        t += step_s * (1.0 + 0.02 * rng.uniform(-1.0, 1.0))
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@pytest.mark.parametrize("step_s", [0.45, 1.3])
+def test_analyze_times_short_steps_of_a_whole_second_log_by_their_calls(
+    tmp_path: Path, step_s: float
+) -> None:
+    log = _log(tmp_path / "nccl.log", step_s, 300.0, [1_638_400, 1_638_400, 300_000, 1])
+    est = analyze_files(nccl_logs=[log]).estimate
+    assert est.period_s == pytest.approx(step_s, rel=0.01)
+    assert est.confidence >= 0.5
+    assert any("T comes from their order" in w and "its 4 calls" in w for w in est.warnings)
+
+
+def test_like_calls_in_most_seconds_give_no_beat_for_a_period(tmp_path: Path) -> None:
+    """Two like calls a 1.3 s step fill 77 % of the seconds: their trains merge, 4.35 s apart,
+    which was reported as T at confidence 0.5. Now no T, and the warning says why."""
+    log = _log(tmp_path / "nccl.log", 1.3, 300.0, [1_638_400, 1_638_400])
+    est = analyze_files(nccl_logs=[log]).estimate
+    assert est.period_s is None
+    assert any("timed to 1 s only" in w for w in est.warnings)
+
+
+def test_the_live_window_times_steps_shorter_than_its_polls_by_their_calls() -> None:
+    """Calls stamped when the tailer read them, every 0.2 s: 0.13 s steps (a beat of 0.2 s
+    and 0.4 s against the polls) are timed by the call order of the window's two processes."""
+    poll = 0.2
+    times, _, sizes, procs = _calls(0.13, 60.0)
+    read = np.ceil(times / poll) * poll
+    keys = tuple(
+        CallKey("AllReduce", f"node1:{40 + r}", f"0x3{r}", 8, -1, r, None) for r in range(2)
+    )
+    window = CollectiveWindow(200_000)
+    for t in np.unique(read):
+        now = read == t
+        window.add_batch(
+            CallBatch(
+                times=read[now],
+                s_bytes=sizes[now],
+                ops={"AllReduce": (int(now.sum()), 0)},
+                nranks=8,
+                processes=frozenset(k.process for k in keys),
+                key_ids=procs[now].astype(np.int32),
+                keys=keys,
+                time_resolution_s=poll,
+            )
+        )
+    mix = window.mix()
+    assert mix is not None
+    assert mix.time_resolution_s == poll
+    est = estimate(EstimateInputs(collectives=mix))
+    assert est.period_s == pytest.approx(0.13, rel=0.01)
+    assert est.period_source == "nccl_log"

@@ -898,6 +898,7 @@ def call_table(summary: NcclLogSummary) -> CallTable:
         nbytes=summary.call_bytes,
         key_ids=inverse.reshape(-1).astype(np.int32),
         keys=tuple(keys),
+        resolution_s=stamp_resolution(summary.call_times_s),
     )
 
 

@@ -60,13 +60,15 @@ class CallTable:
     """Collective calls as columns: time (NaN: untimed), nccl-tests S (NaN: unknown) and key.
 
     ``key_ids`` index ``keys`` (who called, on which communicator, to which peer); -1 where the
-    producer could not say. Rows are in log order.
+    producer could not say. Rows are in log order. ``resolution_s`` is 0 when the times are
+    NCCL's own, else how coarse they are (whole seconds, or stamped when read).
     """
 
     times: FloatArray
     nbytes: FloatArray
     key_ids: IntArray
     keys: Sequence[CallKey]
+    resolution_s: float = 0.0
 
     def __len__(self) -> int:
         return int(self.times.size)
@@ -148,6 +150,7 @@ def sharding_of(
         nranks=comm_ranks or nranks,
         latency_s=latency_s,
         latency_source=latency_source,
+        resolution_s=table.resolution_s,
     )
 
 

@@ -139,6 +139,19 @@ def calls_per_step(times_s: FloatArray, period_s: float) -> tuple[float | None, 
     return float(np.median(counts)), steps
 
 
+def calls_per_step_overall(times_s: FloatArray, period_s: float) -> tuple[float | None, int]:
+    """(calls per step, steps) of one process's calls, counted over the whole window.
+
+    For coarse times (whole seconds, stamped when read), which cannot cut the window into
+    steps when T is shorter than they are fine: the calls over the steps their span holds.
+    """
+    t = times_s[np.isfinite(times_s)]
+    if t.size < 2 or not (period_s > 0):
+        return None, 0
+    steps = round(float(t.max() - t.min()) / period_s) + 1
+    return t.size / steps, steps
+
+
 def layer_gap(times_s: FloatArray, period_s: float | None) -> float | None:
     """Median time between consecutive calls inside a step (gaps ≥ T/4 are step boundaries).
 
@@ -265,10 +278,13 @@ def sharding_from_codes(
     nranks: int | None = None,
     latency_s: float = DEFAULT_LATENCY_S,
     latency_source: str = "default",
+    resolution_s: float = 0.0,
 ) -> ShardingStats | None:
     """:func:`sharding_stats` with ops and processes as integer codes (``op_names[code]``).
 
     The live agent reads tens of thousands of calls a hop: integer compares, not string ones.
+    Times as coarse as ``resolution_s`` (whole seconds, stamped when read) count the calls per
+    step over the whole window (:func:`calls_per_step_overall`) and time no layer gap.
     """
     code_of = {name: i for i, name in enumerate(op_names)}
     stage_code = {op: code_of.get(op, -1) for op in _STAGE_OPS}
@@ -304,18 +320,25 @@ def sharding_from_codes(
     gaps: list[float | None] = []
     steps_seen = 0
     timed = bool(np.isfinite(times).any())
+    coarse = resolution_s > 0
+    per_step_of = calls_per_step_overall if coarse else calls_per_step
     for name in names.tolist():
         mine = proc_arr == name
         if t_ok and timed:
             assert period_s is not None
-            n, steps = calls_per_step(times[mine], period_s)
+            n, steps = per_step_of(times[mine], period_s)
             all_steps.append(n)
-            ag_steps.append(calls_per_step(times[mine & is_op["AllGather"]], period_s)[0])
-            rs_steps.append(calls_per_step(times[mine & is_op["ReduceScatter"]], period_s)[0])
+            ag_steps.append(per_step_of(times[mine & is_op["AllGather"]], period_s)[0])
+            rs_steps.append(per_step_of(times[mine & is_op["ReduceScatter"]], period_s)[0])
             steps_seen = max(steps_seen, steps)
-        gaps.append(layer_gap(times[mine & in_gap], period_s))
+        gaps.append(None if coarse else layer_gap(times[mine & in_gap], period_s))
     if not timed:
         notes.append("the NCCL log has no timestamps: no calls per step or layer gap")
+    elif coarse:
+        notes.append(
+            f"the calls are timed to {resolution_s:g} s only: calls per step counted over the "
+            "whole window, no layer gap"
+        )
     elif not t_ok:
         notes.append("no sync period T: no calls per step or latency share")
     per_step = _median(all_steps)

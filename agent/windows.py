@@ -739,6 +739,7 @@ class CollectiveWindow:
             nbytes=rows[:, 1],
             key_ids=rows[:, 2].astype(np.int32),
             keys=tuple(self._keys),
+            resolution_s=self.resolution_s(float(rows[0, 0])),
         )
 
 

@@ -152,10 +152,17 @@ def test_analyze_times_short_steps_of_a_whole_second_log_by_their_calls(
     tmp_path: Path, step_s: float
 ) -> None:
     log = _log(tmp_path / "nccl.log", step_s, 300.0, [1_638_400, 1_638_400, 300_000, 1])
-    est = analyze_files(nccl_logs=[log]).estimate
+    result = analyze_files(nccl_logs=[log])
+    est = result.estimate
     assert est.period_s == pytest.approx(step_s, rel=0.01)
     assert est.confidence >= 0.5
     assert any("T comes from their order" in w and "its 4 calls" in w for w in est.warnings)
+    # Calls per step over the whole window (cut into steps by whole seconds they read 0 at
+    # 0.45 s), and no layer gap from times that coarse (it read 0 µs).
+    sharding = result.extra["sharding"]
+    assert sharding["collectives_per_step"] == pytest.approx(4.0, rel=0.01)
+    assert sharding["layer_gap_s"] is None
+    assert any("timed to 1 s only" in note for note in sharding["notes"])
 
 
 def test_like_calls_in_most_seconds_give_no_beat_for_a_period(tmp_path: Path) -> None:

@@ -18,7 +18,6 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from agent.call_sequence import call_kinds
 from agent.errors import InputFormatError
 from agent.estimate import (
     CollectiveMix,
@@ -311,8 +310,13 @@ def _gpu(paths: Sequence[Path], notes: list[str]) -> GpuSamples:
     return GpuSamples(times=np.concatenate(times), gpu=np.concatenate(gpus), signals=merged)
 
 
-def collective_mix(summary: NcclLogSummary) -> CollectiveMix:
-    """The estimator's view of an NCCL log summary."""
+def collective_mix(summary: NcclLogSummary, table: CallTable | None = None) -> CollectiveMix:
+    """The estimator's view of an NCCL log summary (``table``: its :func:`call_table`)."""
+    if table is None:
+        table = call_table(summary)
+    owners = {p: i for i, p in enumerate(dict.fromkeys(k.process for k in table.keys))}
+    process_of_key = np.array([owners[k.process] for k in table.keys] + [-1], dtype=np.int64)
+    keys = table.key_ids.astype(np.int64)
     return CollectiveMix(
         ops={op: (s.count, s.bytes) for op, s in summary.collectives.items()},
         nranks=summary.nranks,
@@ -323,18 +327,9 @@ def collective_mix(summary: NcclLogSummary) -> CollectiveMix:
         processes=_processes(summary),
         # NCCL's default timestamp format has whole seconds: its call times are that coarse.
         time_resolution_s=stamp_resolution(summary.call_times_s),
-        call_keys=call_kinds(summary.call_op_ids, summary.call_comm_ids, summary.call_peers),
-        call_processes=_call_processes(summary),
+        call_keys=keys,
+        call_processes=process_of_key[keys],
     )
-
-
-def _call_processes(summary: NcclLogSummary) -> npt.NDArray[np.int64]:
-    """A code per call of the process (host, pid) that logged it."""
-    owners = [(key[0], key[1]) for key in summary.comm_keys]
-    codes = {owner: i for i, owner in enumerate(dict.fromkeys(owners))}
-    table = np.array([codes[o] for o in owners] + [-1], dtype=np.int64)
-    ids = summary.call_comm_ids.astype(np.int64)
-    return table[np.where(ids >= 0, ids, len(owners))]
 
 
 #: A process that logged under this share of the busiest one's calls is no rank of the job.
@@ -771,11 +766,13 @@ def analyze_files(
         sources["gpu"] = [str(p) for p in gpu]
     mix: CollectiveMix | None = None
     summary: NcclLogSummary | None = None
+    table: CallTable | None = None
     inspected: InspectorSummary | None = None
     extra["alltoall"] = extra["pipeline"] = None
     if nccl_logs:
         summary = read_nccl_logs(nccl_logs)
-        mix = collective_mix(summary)
+        table = call_table(summary)
+        mix = collective_mix(summary, table)
         sources["nccl_log"] = [str(p) for p in nccl_logs]
         extra["nccl"] = {
             "version": summary.version,
@@ -831,7 +828,6 @@ def analyze_files(
     extra["arrivals"] = arrivals_json(inputs, est)
     extra["sharding"] = None
     if summary is not None:
-        table = call_table(summary)
         extra["sharding"] = sharding_json(
             summary, est.period_s, inspected, latency_s=collective_latency_s, table=table
         )

@@ -27,7 +27,7 @@ __all__ = [
     "SequenceStep",
     "call_kinds",
     "sequence_step",
-    "step_marker",
+    "step_markers",
 ]
 
 FloatArray = npt.NDArray[np.float64]
@@ -73,32 +73,41 @@ MIN_REGULAR = 0.8
 #: Share of those intervals that must hold the usual calls (the same ops, communicators and
 #: peers, whatever their sizes: MoE all-to-all sizes change every step).
 MIN_ALIKE = 0.6
+#: Markers whose intervals hold the usual calls this often are all clean: of those the most
+#: frequent marks the step. Below it a cleaner marker wins (see :func:`step_markers`).
+CLEAN_ALIKE = 0.97
+#: Share of a marker's intervals that may be pauses (an evaluation, a checkpoint).
+MAX_PAUSES = 0.1
 
 
-def step_marker(
+def step_markers(
     kinds: IntArray, keys: IntArray, *, min_marks: int = MIN_MARKS
-) -> tuple[int, int, float] | None:
-    """The kind of call that marks one process's steps: (kind, calls per step, alike share).
+) -> list[tuple[int, int, float]]:
+    """Kinds of call that may mark one process's steps, best first: (kind, calls, alike share).
 
     A kind that comes once a step does so every P calls (give or take an inserted or lost
     call), its mean interval is P too, and the calls between two of its occurrences are the
-    same every step. Of the kinds that do, the one that comes most often is taken: its
-    interval is the step (a kind that comes every few steps, such as a metrics AllReduce,
-    marks a multiple). A layer's kind in a ZeRO / FSDP step comes often and regularly too,
-    but its usual interval leaves the rest of the step out of account. None when no kind
-    marks steps; ``kinds`` (what each call is, sizes included) and ``keys`` (the same without
-    sizes) are per call in log order.
+    same every step. A layer's kind in a ZeRO / FSDP step comes often and regularly too, but
+    its usual interval leaves the rest of the step out of account.
+
+    The call order alone cannot tell a step of m micro-batches plus one gradient AllReduce
+    from m steps with a metrics AllReduce after every m-th: the micro-batch's Send marks 1/m
+    of the step with the same calls between two of its occurrences (m - 1) / m of the time.
+    So the cleanest markers come first, and of those clean alike (``CLEAN_ALIKE``) the most
+    frequent: a step of up to 32 micro-batches reads whole, and a metrics call every 33
+    steps or more is an insertion; one every few steps reads a multiple of the step.
+    ``kinds`` (what each call is, sizes included) and ``keys`` (the same without sizes) are
+    per call in log order.
     """
     n = kinds.size
     if n < 2 * min_marks:
-        return None
+        return []
     counts = np.bincount(kinds)
     # Every kind's calls as a multiset: a random value per key, summed over an interval.
     weight = np.random.default_rng(0).random(int(keys.max(initial=0)) + 2)
     content = np.concatenate(([0.0], np.cumsum(weight[keys])))
-    for kind in np.argsort(-counts, kind="stable").tolist():
-        if counts[kind] < min_marks:
-            break
+    found: list[tuple[int, int, float, int]] = []
+    for kind in np.flatnonzero(counts >= min_marks).tolist():
         pos = np.flatnonzero(kinds == kind)
         gaps = np.diff(pos)
         usual = float(np.median(gaps))
@@ -117,33 +126,35 @@ def step_marker(
         _, alike = np.unique(between, return_counts=True)
         share = float(alike.max()) / between.size
         if share >= MIN_ALIKE:
-            return kind, round(usual), share
-    return None
+            found.append((kind, round(usual), share, int(counts[kind])))
+    found.sort(key=lambda f: (-min(f[2], CLEAN_ALIKE), -f[3], f[0]))
+    return [(kind, calls, share) for kind, calls, share, _ in found]
 
 
 def _process_step(
     times: FloatArray, kinds: IntArray, keys: IntArray, resolution_s: float
 ) -> tuple[float, int, int, float] | None:
-    """(T, steps, calls per step, alike share) of one process's calls in log order."""
-    found = step_marker(kinds, keys)
-    if found is None:
-        return None
-    kind, calls, share = found
-    marks = times[kinds == kind]
-    d = np.diff(marks[np.isfinite(marks)])
-    if d.size < MIN_STEPS:
-        return None
-    typical = float(np.median(d))
-    # A pause (evaluation, checkpoint) is one long interval; the times of the others, each up
-    # to one resolution off, telescope within a run.
-    keep = (d >= 0) & (d <= 1.5 * typical + 2.0 * resolution_s)
-    kept = int(keep.sum())
-    if kept < MIN_STEPS or kept < 0.7 * d.size:
-        return None
-    total = float(d[keep].sum())
-    if total <= 0:
-        return None
-    return total / kept, kept, calls, share
+    """(T, steps, calls per step, alike share) of one process's calls in log order.
+
+    The best marker whose intervals are seldom pauses: a micro-batch's marker whose batches
+    bunch within a longer step sees the rest of every step as a "pause".
+    """
+    for kind, calls, share in step_markers(kinds, keys):
+        marks = times[kinds == kind]
+        d = np.diff(marks[np.isfinite(marks)])
+        if d.size < MIN_STEPS:
+            continue
+        typical = float(np.median(d))
+        # A pause is one long interval; the times of the others, each up to one resolution
+        # off, telescope within a run.
+        keep = (d >= 0) & (d <= 1.5 * typical + 2.0 * resolution_s)
+        kept = int(keep.sum())
+        if kept < MIN_STEPS or kept < (1.0 - MAX_PAUSES) * d.size:
+            continue
+        total = float(d[keep].sum())
+        if total > 0:
+            return total / kept, kept, calls, share
+    return None
 
 
 def sequence_step(

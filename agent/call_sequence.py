@@ -46,6 +46,10 @@ class SequenceStep:
     steps: int  # step intervals that timed it, all processes together
     alike: float  # the worst process's share of steps that held the usual calls
     processes: int
+    #: Spread of the marker's intervals (pauses left out) over their mean, worst process.
+    interval_cv: float = 0.0
+    #: The steps other markers time (a micro-batch's, a metrics call's every few steps).
+    other_periods_s: tuple[float, ...] = ()
 
 
 def call_kinds(*columns: npt.ArrayLike) -> IntArray:
@@ -107,8 +111,10 @@ def step_markers(
     weight = np.random.default_rng(0).random(int(keys.max(initial=0)) + 2)
     content = np.concatenate(([0.0], np.cumsum(weight[keys])))
     found: list[tuple[int, int, float, int]] = []
+    order = np.argsort(kinds, kind="stable")  # each kind's calls together, in log order
+    bounds = np.concatenate(([0], np.cumsum(counts)))
     for kind in np.flatnonzero(counts >= min_marks).tolist():
-        pos = np.flatnonzero(kinds == kind)
+        pos = order[bounds[kind] : bounds[kind + 1]]
         gaps = np.diff(pos)
         usual = float(np.median(gaps))
         if usual < 2:
@@ -131,14 +137,18 @@ def step_markers(
     return [(kind, calls, share) for kind, calls, share, _ in found]
 
 
-def _process_step(
-    times: FloatArray, kinds: IntArray, keys: IntArray, resolution_s: float
-) -> tuple[float, int, int, float] | None:
-    """(T, steps, calls per step, alike share) of one process's calls in log order.
+_Marked = tuple[float, int, int, float, float]  # T, steps, calls per step, alike, interval CV
 
-    The best marker whose intervals are seldom pauses: a micro-batch's marker whose batches
-    bunch within a longer step sees the rest of every step as a "pause".
+
+def _process_markers(
+    times: FloatArray, kinds: IntArray, keys: IntArray, resolution_s: float
+) -> list[_Marked]:
+    """Every marker of one process's calls (log order) that times its steps, best first.
+
+    A marker whose intervals are often "pauses" is passed over: a micro-batch's marker whose
+    batches bunch within a longer step sees the rest of every step as one.
     """
+    out: list[_Marked] = []
     for kind, calls, share in step_markers(kinds, keys):
         marks = times[kinds == kind]
         d = np.diff(marks[np.isfinite(marks)])
@@ -153,8 +163,9 @@ def _process_step(
             continue
         total = float(d[keep].sum())
         if total > 0:
-            return total / kept, kept, calls, share
-    return None
+            mean = total / kept
+            out.append((mean, kept, calls, share, float(np.std(d[keep])) / mean))
+    return out
 
 
 def sequence_step(
@@ -175,12 +186,14 @@ def sequence_step(
     if n == 0 or keys.size != n or sizes.size != n or processes.size != n:
         return None
     kinds = call_kinds(keys, sizes)
-    found = []
+    found: list[_Marked] = []
+    others: list[float] = []
     for proc in np.unique(processes).tolist():
         mine = np.flatnonzero(processes == proc)
-        got = _process_step(times[mine], kinds[mine], keys[mine], resolution_s)
-        if got is not None:
-            found.append(got)
+        marked = _process_markers(times[mine], kinds[mine], keys[mine], resolution_s)
+        if marked:
+            found.append(marked[0])
+            others += [m[0] for m in marked[1:]]
     if not found:
         return None
     periods = np.array([f[0] for f in found])
@@ -193,4 +206,6 @@ def sequence_step(
         steps=sum(f[1] for f in agree),
         alike=min(f[3] for f in agree),
         processes=len(agree),
+        interval_cv=max(f[4] for f in agree),
+        other_periods_s=tuple(sorted({round(o, 9) for o in others})),
     )

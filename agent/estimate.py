@@ -699,6 +699,48 @@ def _busy_polls(times: FloatArray, res: float) -> float:
     return polls.size / float(polls[-1] + 1)
 
 
+#: Spread of a marker's intervals under which it times steady steps (3 % jitter: 0.02).
+STEADY_MARKER_CV = 0.1
+#: Steps the marker must time to overrule the binned calls.
+ORDER_MIN_STEPS = 16
+
+
+def _checked_by_order(timed: PeriodResult, seq: SequenceStep) -> PeriodResult:
+    """The binned calls' period, unless the calls' order says it is a multiple or a fraction.
+
+    A long log of fast steps is binned at up to 10 ms: a 0.061 s step of an MoE job took
+    6.6 bins and read 3 T at confidence 0.7, a pipeline stage's 0.2 s step read T/2. Their
+    call order is exact: one call comes once a step (:mod:`agent.call_sequence`), at steady
+    intervals. When the binned period is 1/k or k times that step (k = 2..8), no call comes
+    once per binned period, and the binned result found no inner period there (a grad-accum
+    step over identical micro-steps marks the micro-step), the marker's step is T.
+    """
+    t = timed.period_s
+    if t is None or seq.steps < ORDER_MIN_STEPS or seq.interval_cv > STEADY_MARKER_CV:
+        return timed
+    ratio = t / seq.period_s
+    k = round(ratio) if ratio >= 1 else round(1.0 / ratio)
+    if k < 2 or k > 8 or abs((ratio if ratio >= 1 else 1.0 / ratio) / k - 1.0) > 0.03:
+        return timed
+    near = [p for p in (seq.period_s, *seq.other_periods_s) if abs(t / p - 1.0) <= 0.03]
+    inner = timed.inner_period_s
+    if near or (inner is not None and abs(inner / seq.period_s - 1.0) <= 0.05):
+        return timed
+    note = (
+        f"the binned calls repeat every {t:.4g} s, but a call comes once every "
+        f"{seq.period_s:.4g} s, at steady intervals, and none once every {t:.4g} s: T is "
+        "the latter's step"
+    )
+    confidence = SEQUENCE_CONFIDENCE * min(1.0, seq.steps / SEQUENCE_FULL_STEPS) * seq.alike
+    return PeriodResult(
+        seq.period_s,
+        confidence,
+        cycles=float(seq.steps),
+        method="sequence",
+        warnings=(*timed.warnings, note),
+    )
+
+
 def _whole_multiple(period_s: float | None, step_s: float) -> bool:
     """Whether ``period_s`` is 2, 3, ... times ``step_s`` (within 3 %)."""
     if period_s is None:
@@ -715,7 +757,7 @@ def _log_period(
         return None
     res = mix.time_resolution_s
     seq = None
-    if res > 0 and mix.call_keys.size == mix.call_times.size == mix.call_processes.size:
+    if mix.call_keys.size == mix.call_times.size == mix.call_processes.size > 0:
         newest = slice(-MAX_SEQUENCE_CALLS, None)
         seq = sequence_step(
             mix.call_times[newest],
@@ -724,6 +766,10 @@ def _log_period(
             mix.call_processes[newest],
             res,
         )
+    rate, dt, t0 = series
+    if res == 0:
+        binned = estimate_period(rate, dt, t0=t0, settings=settings, expected_period_s=expected_s)
+        return _checked_by_order(binned, seq) if seq is not None else binned
     if seq is not None and seq.period_s < MIN_ARRIVAL_POLLS * res:
         return _sequence_result(seq, res)
     steps = None
@@ -731,8 +777,8 @@ def _log_period(
     # Steps that can be timed leave polls without calls between them; calls in most polls are
     # steps too short for the polls (whose trains merge: 1.3 s steps in whole seconds read as
     # trains 4.35 s apart), or calls all through the steps.
-    busy = _busy_polls(mix.call_times, res) > MAX_BUSY_POLLS if res > 0 else False
-    if res > 0 and not busy:
+    busy = _busy_polls(mix.call_times, res) > MAX_BUSY_POLLS
+    if not busy:
         steps = arrival_period(mix.call_times[np.isfinite(mix.call_times)], res)
         if steps is not None and steps >= MIN_ARRIVAL_POLLS:
             span = float(np.nanmax(mix.call_times) - np.nanmin(mix.call_times))
@@ -742,7 +788,6 @@ def _log_period(
                 steps * res, 0.5 * min(1.0, cycles / 8.0), cycles=cycles, method="arrivals"
             )
     if timed is None:
-        rate, dt, t0 = series
         timed = estimate_period(rate, dt, t0=t0, settings=settings, expected_period_s=expected_s)
     if seq is not None:
         # A step long enough to be timed: the timed calls have their say when they repeat at
@@ -755,7 +800,7 @@ def _log_period(
         return result
     # Regular steps too short to time leave only the beat of the steps against the polls
     # (0.47 s steps read every 0.2 s: a 1.4 s "period"; 0.45 s steps in whole seconds: 4.5 s).
-    if res > 0 and (
+    if (
         busy
         or steps is not None
         or result.period_s is None

@@ -21,6 +21,8 @@ from agent.estimate import EstimateInputs, estimate
 from agent.windows import CollectiveWindow
 from collectors._base import CallBatch, CallKey
 
+START = dt.datetime(2026, 12, 1, 1, 0, 0)
+
 #: One DDP step's calls: five gradient buckets (the last one smaller) and the loss's AllReduce.
 DDP_STEP = [(0.00, 6_553_600), (0.01, 6_553_600), (0.02, 6_553_600), (0.03, 6_553_600),
             (0.04, 1_200_000), (0.05, 1)]  # fmt: skip
@@ -152,7 +154,7 @@ def test_a_checkpoint_pause_is_left_out_of_the_step() -> None:
 
 def _log(path: Path, step_s: float, seconds: float, sizes: list[int]) -> Path:
     """Two ranks' log in NCCL's default timestamp format, "[%F %T] " (whole seconds)."""
-    start = dt.datetime(2026, 12, 1, 1, 0, 0)
+    start = START
     rng = np.random.default_rng(1)
     lines, t, op = [], 0.37, 0
     while t < seconds:
@@ -227,3 +229,67 @@ def test_the_live_window_times_steps_shorter_than_its_polls_by_their_calls() -> 
     est = estimate(EstimateInputs(collectives=mix))
     assert est.period_s == pytest.approx(0.13, rel=0.01)
     assert est.period_source == "nccl_log"
+
+
+def _moe_log(path: Path, step_s: float, seconds: float) -> Path:
+    """Two ranks of an MoE job with NCCL's µs timestamps: each step an all-to-all as Send and
+    Recv to three peers, sized by the routing, then the gradients' AllReduce."""
+    rng = np.random.default_rng(4)
+    lines: list[tuple[float, str]] = []
+    t, op = 0.37, 0
+    while t < seconds:
+        calls = [(0.9, "AllReduce", 4_000_000, 0)]
+        for peer in (1, 2, 3):
+            calls += [(0.3 + 0.02 * peer, "Send", int(rng.integers(10_000, 2_000_000)), peer)]
+            calls += [(0.31 + 0.02 * peer, "Recv", int(rng.integers(10_000, 2_000_000)), peer)]
+        for at, name, count, peer in sorted(calls):
+            for r in range(2):
+                when = t + at * step_s + 1e-4 * r
+                stamp = (START + dt.timedelta(seconds=when)).strftime("[%F %T.%f] ")
+                lines.append(
+                    (
+                        when,
+                        f"{stamp}node1:{40 + r}:{40 + r} [{r}] NCCL INFO {name}: opCount {op:x} "
+                        f"sendbuff 0x1 recvbuff 0x2 count {count} datatype 7 op 0 root {peer} "
+                        f"comm 0x3{r} [nranks=8] stream 0x4",
+                    )
+                )
+            op += 1
+        t += step_s * (1.0 + 0.03 * rng.uniform(-1.0, 1.0))
+    lines.sort(key=lambda x: x[0])
+    path.write_text("\n".join(line for _, line in lines) + "\n")
+    return path
+
+
+def test_a_long_fine_log_of_fast_steps_reads_the_step_its_calls_mark(tmp_path: Path) -> None:
+    """300 s of 0.061 s MoE steps with µs stamps, binned at 9 ms (6.6 bins a step), read
+    3 T = 0.184 s at confidence 0.7; the AllReduce that comes once a step, at steady
+    intervals, overrules a period no call comes once in."""
+    est = analyze_files(nccl_logs=[_moe_log(tmp_path / "moe.log", 0.061, 300.0)]).estimate
+    assert est.period_s == pytest.approx(0.061, rel=0.01)
+    assert any("a call comes once every" in w for w in est.warnings)
+
+
+def test_a_metrics_call_every_fifth_step_does_not_overrule_the_binned_step(
+    tmp_path: Path,
+) -> None:
+    """Its call marks five steps, the cleanest marker; but the bucket that comes once a step
+    marks the binned period, so the fine times keep it."""
+    lines, t, op = [], 0.37, 0
+    rng = np.random.default_rng(2)
+    for k in range(260):
+        sizes = [6_553_600, 6_553_600, 1_200_000] + ([1] if k % 5 == 4 else [])
+        for j, count in enumerate(sizes):
+            stamp = (START + dt.timedelta(seconds=t + 0.01 * j)).strftime("[%F %T.%f] ")
+            lines.append(
+                f"{stamp}node1:40:40 [0] NCCL INFO AllReduce: opCount {op:x} sendbuff 0x1 "
+                f"recvbuff 0x2 count {count} datatype 7 op 0 root 0 comm 0x3 [nranks=8] "
+                "stream 0x4"
+            )
+            op += 1
+        t += 0.45 * (1.0 + 0.03 * rng.uniform(-1.0, 1.0))
+    log = tmp_path / "metrics.log"
+    log.write_text("\n".join(lines) + "\n")
+    est = analyze_files(nccl_logs=[log]).estimate
+    assert est.period_s == pytest.approx(0.45, rel=0.01)
+    assert not any("a call comes once every" in w for w in est.warnings)

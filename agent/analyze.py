@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from agent.call_sequence import process_codes
 from agent.errors import InputFormatError
 from agent.estimate import (
     CollectiveMix,
@@ -314,8 +315,6 @@ def collective_mix(summary: NcclLogSummary, table: CallTable | None = None) -> C
     """The estimator's view of an NCCL log summary (``table``: its :func:`call_table`)."""
     if table is None:
         table = call_table(summary)
-    owners = {p: i for i, p in enumerate(dict.fromkeys(k.process for k in table.keys))}
-    process_of_key = np.array([owners[k.process] for k in table.keys] + [-1], dtype=np.int64)
     keys = table.key_ids.astype(np.int64)
     return CollectiveMix(
         ops={op: (s.count, s.bytes) for op, s in summary.collectives.items()},
@@ -328,7 +327,7 @@ def collective_mix(summary: NcclLogSummary, table: CallTable | None = None) -> C
         # NCCL's default timestamp format has whole seconds: its call times are that coarse.
         time_resolution_s=stamp_resolution(summary.call_times_s),
         call_keys=keys,
-        call_processes=process_of_key[keys],
+        call_processes=process_codes(k.process for k in table.keys)[keys],
     )
 
 

@@ -17,6 +17,7 @@ right verdict for them.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -26,6 +27,7 @@ __all__ = [
     "MIN_STEPS",
     "SequenceStep",
     "call_kinds",
+    "process_codes",
     "sequence_step",
     "step_markers",
 ]
@@ -50,6 +52,17 @@ class SequenceStep:
     interval_cv: float = 0.0
     #: The steps other markers time (a micro-batch's, a metrics call's every few steps).
     other_periods_s: tuple[float, ...] = ()
+
+
+def process_codes(processes: Iterable[str]) -> IntArray:
+    """A code per key for the process it belongs to, in key order, with -1 appended.
+
+    Indexed by a call's key id, it gives the call's process; an unknown key (-1) takes the
+    appended -1.
+    """
+    names = list(processes)
+    code = {p: i for i, p in enumerate(dict.fromkeys(names))}
+    return np.array([code[p] for p in names] + [-1], dtype=np.int64)
 
 
 def call_kinds(*columns: npt.ArrayLike) -> IntArray:
@@ -107,9 +120,10 @@ def step_markers(
     if n < 2 * min_marks:
         return []
     counts = np.bincount(kinds)
-    # Every kind's calls as a multiset: a random value per key, summed over an interval.
-    weight = np.random.default_rng(0).random(int(keys.max(initial=0)) + 2)
-    content = np.concatenate(([0.0], np.cumsum(weight[keys])))
+    # The calls between two marks as a multiset: a random 64-bit value per key, summed over
+    # the interval (modulo 2^64, exactly: alike intervals have equal sums).
+    weight = np.random.default_rng(0).integers(0, 2**63, int(keys.max(initial=0)) + 2, np.uint64)
+    content = np.concatenate((np.zeros(1, np.uint64), np.cumsum(weight[keys], dtype=np.uint64)))
     found: list[tuple[int, int, float, int]] = []
     order = np.argsort(kinds, kind="stable")  # each kind's calls together, in log order
     bounds = np.concatenate(([0], np.cumsum(counts)))
@@ -128,7 +142,7 @@ def step_markers(
         tiles = abs(float(gaps.mean()) - usual) <= max(0.5, 0.05 * usual)
         if regular.mean() < MIN_REGULAR or not tiles:
             continue
-        between = np.round(content[pos[1:]] - content[pos[:-1] + 1], 9)
+        between = content[pos[1:]] - content[pos[:-1] + 1]
         _, alike = np.unique(between, return_counts=True)
         share = float(alike.max()) / between.size
         if share >= MIN_ALIKE:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
+from agent.call_sequence import process_codes
 from agent.estimate import CollectiveMix, GpuSamples
 from agent.rates import (
     Direction,
@@ -703,9 +704,7 @@ class CollectiveWindow:
         ids = processes = np.empty(0, dtype=np.int64)
         if resolution > 0:  # T may have to come from the calls' order (agent.call_sequence)
             ids = rows[:, 2].astype(np.int64)
-            owner = {p: i for i, p in enumerate(dict.fromkeys(k.process for k in self._keys))}
-            table = np.array([owner[k.process] for k in self._keys] + [-1], dtype=np.int64)
-            processes = table[ids]  # (-1, an unknown key, takes the last entry: -1)
+            processes = process_codes(k.process for k in self._keys)[ids]
         return CollectiveMix(
             ops=dict(self.totals),
             nranks=self.nranks,

@@ -6,8 +6,10 @@ and binned they show only the beat of the steps against the second (4.5 s, 4.35 
 the period). But a training step issues the same calls in the same order every step (the
 same buckets, layers and communicators), so some kind of call (an op on a communicator, of
 one size) comes once a step: every P calls, with the same calls between two of them. Its
-coarse times, however coarse, grow by T a step on average: over K steps the quantisation of
-the first and the last one is all the error, res / (K·T). Pure: arrays in, a dataclass out.
+coarse times, however coarse, grow by T a step on average, each up to a resolution late at
+random against the steps: their slope over K steps is off by about res / (K·T·√K) (0.06 s
+steps in whole seconds: within 0.01 % of the same calls' exact times over 600 s). Pure:
+arrays in, a dataclass out.
 
 Limits: a step whose halves issue the same calls (bucket sizes a, b, a, b) reads half the
 step; all calls alike (one kind) say nothing about where a step ends and give no period;
@@ -169,17 +171,33 @@ def _process_markers(
         if d.size < MIN_STEPS:
             continue
         typical = float(np.median(d))
-        # A pause is one long interval; the times of the others, each up to one resolution
-        # off, telescope within a run.
+        # A pause is one long interval: it ends a run of steps.
         keep = (d >= 0) & (d <= 1.5 * typical + 2.0 * resolution_s)
         kept = int(keep.sum())
         if kept < MIN_STEPS or kept < (1.0 - MAX_PAUSES) * d.size:
             continue
-        total = float(d[keep].sum())
-        if total > 0:
-            mean = total / kept
-            out.append((mean, kept, calls, share, float(np.std(d[keep])) / mean))
+        slope = _runs_slope(marks[np.isfinite(marks)], keep)
+        if slope > 0:
+            out.append((slope, kept, calls, share, float(np.std(d[keep])) / slope))
     return out
+
+
+def _runs_slope(marks: FloatArray, keep: npt.NDArray[np.bool_]) -> float:
+    """Seconds per step: the least-squares slope of the marks' times over their step number.
+
+    One line per run of steps between pauses (``keep``: the intervals that are no pause).
+    Coarse times are each up to a resolution late, at random against the steps: the slope
+    over K steps is off by about res / (K·T·√K), where the first and the last mark alone
+    (their mean interval) are off by res / (K·T): 0.03 % against 1 % over 87 s of 0.061 s
+    steps in whole seconds.
+    """
+    run = np.concatenate(([0], np.cumsum(~keep)))  # pauses start new runs
+    step = np.arange(marks.size, dtype=np.float64)
+    size = np.bincount(run).astype(np.float64)
+    k = step - (np.bincount(run, step) / size)[run]
+    t = marks - (np.bincount(run, marks) / size)[run]
+    den = float(np.dot(k, k))
+    return float(np.dot(k, t)) / den if den > 0 else 0.0
 
 
 def sequence_step(

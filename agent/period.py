@@ -22,6 +22,7 @@ Everything here is a pure function of numpy arrays: no I/O, no clock.
 from __future__ import annotations
 
 import bisect
+import functools
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
@@ -387,16 +388,28 @@ class _Level:
         return got
 
 
+@functools.lru_cache(maxsize=16)
+def _hann(n: int) -> FloatArray:
+    """``np.hanning(n)``, made once per length (the levels' windows recur every hop)."""
+    win = np.hanning(n)
+    win.flags.writeable = False
+    return win
+
+
 def _prepare(x: FloatArray) -> _Level | None:
-    x = np.where(np.isfinite(x), x, np.nan)
-    mean = float(np.nanmean(x)) if np.isfinite(x).any() else 0.0
-    x = np.nan_to_num(x - mean, nan=0.0)
+    if bool(np.isfinite(x).all()):  # the pyramid's levels: filled, so one pass is enough
+        mean = float(np.mean(x))
+        x = x - mean
+    else:
+        x = np.where(np.isfinite(x), x, np.nan)
+        mean = float(np.nanmean(x)) if np.isfinite(x).any() else 0.0
+        x = np.nan_to_num(x - mean, nan=0.0)
     # A flat rate differs from its mean by rounding alone (1e-13 of it): that repeats too.
     floor = max(1e-300, (1e-9 * abs(mean)) ** 2)
     if float(np.einsum("i,i->", x, x)) <= floor * max(1, x.size):
         return None
     nfft = _fft_size(x.size)
-    win = np.hanning(x.size)
+    win = _hann(x.size)
     spec = np.fft.rfft(x * win, nfft)
     power = spec.real**2 + spec.imag**2
     r = nsdf(x)

@@ -841,7 +841,14 @@ def _draw_why(ax: Axes, result: AnalysisResult, grid: GridSeries | None) -> None
                 gid="inner-period",
                 label=f"inner period {_seconds_text(est.inner_period_s)}",
             )
-        if period is not None:
+        if period is not None and period.method == "sequence":
+            ax.set_title(
+                f"why T: a call comes once a step in the log's order ({period.cycles:.0f} "
+                "steps timed by it); the NSDF of the binned calls is shown for reference",
+                loc="left",
+                fontsize=9,
+            )
+        elif period is not None:
             ax.set_title(
                 f"why T: the NSDF peaks at T and repeats at its multiples "
                 f"(z = {period.z:.1f}, comb {period.comb:.2f}, method {period.method})",

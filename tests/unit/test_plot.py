@@ -286,6 +286,26 @@ def test_nccl_log_without_timestamps_draws_a_message() -> None:
     assert "no period" in plot.box_text
 
 
+def test_a_step_timed_by_the_call_order_says_so_in_the_why_panel(tmp_path: Path) -> None:
+    """Whole-second stamps: T comes from the call that marks each step, not from the NSDF of
+    the binned calls (which shows their beat against the second); the panel says which."""
+    lines = []
+    for k in range(400):
+        stamp = f"[2026-12-01 01:{int(0.45 * k) // 60:02d}:{int(0.45 * k) % 60:02d}] "
+        for j, count in enumerate((1_638_400, 300_000, 1)):
+            lines.append(
+                f"{stamp}node1:40:40 [0] NCCL INFO AllReduce: opCount {3 * k + j:x} sendbuff 0x1 "
+                f"recvbuff 0x2 count {count} datatype 7 op 0 root 0 comm 0x3 [nranks=8] "
+                "stream 0x4"
+            )
+    log = tmp_path / "nccl.log"
+    log.write_text("\n".join(lines) + "\n")
+    result = analyze_files(nccl_logs=[log])
+    assert result.estimate.period_s == pytest.approx(0.45, rel=0.01)
+    plot = render_analysis(result)
+    assert "once a step" in plot.why_axes.get_title(loc="left")
+
+
 def test_one_hour_at_100_hz_is_decimated_with_a_detail_panel(tmp_path: Path) -> None:
     """1 h at 100 Hz (360 000 samples, ~790 steps): envelope drawing and a detail panel.
 

@@ -83,12 +83,16 @@ def two_means(x: FloatArray, *, iterations: int = 30) -> tuple[float, float]:
     """
     if x.size == 0:
         return 0.0, 0.0
-    marks = percentiles(x, [1.0, *_START_PERCENTILES])
-    lo0 = float(marks[0])
+    # The other starts only when the first one's on cluster is small (most windows stop there).
+    first = percentiles(x, [1.0, _START_PERCENTILES[0]])
+    lo0 = float(first[0])
     best: tuple[float, float] | None = None
     best_cost = math.inf
     seen: set[tuple[float, float]] = set()
-    for k, hi0 in enumerate(marks[1:].tolist()):
+    for k in range(len(_START_PERCENTILES)):
+        if k == 1:
+            first = np.concatenate((first, percentiles(x, _START_PERCENTILES[1:])))
+        hi0 = float(first[k + 1])
         if hi0 <= lo0:
             continue
         lo, hi = _lloyd(x, lo0, hi0, iterations)
@@ -102,7 +106,7 @@ def two_means(x: FloatArray, *, iterations: int = 30) -> tuple[float, float]:
         if cost < best_cost:
             best, best_cost = (lo, hi), cost
     if best is None:  # (nearly) constant: no two levels
-        return lo0, float(marks[1])
+        return lo0, float(first[1])
     return best
 
 

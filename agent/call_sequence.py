@@ -176,10 +176,48 @@ def _process_markers(
         kept = int(keep.sum())
         if kept < MIN_STEPS or kept < (1.0 - MAX_PAUSES) * d.size:
             continue
-        slope = _runs_slope(marks[np.isfinite(marks)], keep)
+        timed = marks[np.isfinite(marks)]
+        slope = _runs_slope(timed, keep)
+        if resolution_s > 0 and slope > 0:
+            newer = _newer_slope(timed, keep, slope, resolution_s)
+            if newer is not None:
+                slope, kept = newer
         if slope > 0:
             out.append((slope, kept, calls, share, float(np.std(d[keep])) / slope))
     return out
+
+
+#: Share of the newest marks whose own slope stands in for the window's after a change.
+NEWEST_SHARE = 1.0 / 3.0
+
+
+def _newer_slope(
+    marks: FloatArray, keep: npt.NDArray[np.bool_], slope: float, resolution_s: float
+) -> tuple[float, int] | None:
+    """The newest part's (slope, steps) when the step time changed within the window.
+
+    Coarse calls need a long window (100 resolutions: 20 s at the tailer's 0.2 s polls), and
+    its slope glides from the old step to the new one over all of it (0.13 to 0.17 s over
+    20 s). The newest third is taken when its own slope differs by more than 2 % and by four
+    times its quantisation error, res / (span·√K); then the newest third of that, and so on
+    while the parts still differ and hold ``MIN_STEPS`` steps (the error gate stops it where
+    the times are too coarse for so few steps).
+    """
+    found: tuple[float, int] | None = None
+    start = 0
+    while True:
+        first = start + int((marks.size - start) * (1.0 - NEWEST_SHARE))
+        tail_keep = keep[first:]
+        steps = int(tail_keep.sum())
+        if steps < MIN_STEPS:
+            return found
+        newer = _runs_slope(marks[first:], tail_keep)
+        if newer <= 0:
+            return found
+        noise = resolution_s / (newer * steps * np.sqrt(steps))
+        if abs(newer / slope - 1.0) <= max(0.02, 4.0 * noise):
+            return found
+        found, slope, start = (newer, steps), newer, first
 
 
 def _runs_slope(marks: FloatArray, keep: npt.NDArray[np.bool_]) -> float:

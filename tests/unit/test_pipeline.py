@@ -445,31 +445,38 @@ def test_a_fast_nccl_only_job_read_every_poll_is_not_taken_for_stopped() -> None
 
 class StampedOnRead:
     """An NCCL log without timestamps, as the tailer hands it over: every ``poll_s`` the calls
-    logged since, stamped with the time of the read. Each ``step`` s one process logs three
-    AllReduces of different sizes (two gradient buckets and the loss)."""
+    logged since, stamped with the time of the read. Each step (``step`` s, ``then`` s from
+    ``change_at`` s on) one process logs three AllReduces of different sizes (two gradient
+    buckets and the loss)."""
 
     name = "nccl"
     KEYS = (CallKey("AllReduce", "host:1", "0x5501", 8, -1, 0, "c0ffee"),)
 
-    def __init__(self, step: float, poll_s: float) -> None:
+    def __init__(
+        self, step: float, poll_s: float, *, then: float | None = None, change_at: float = 0.0
+    ) -> None:
         self.step, self.poll_s = step, poll_s
+        self.then, self.change_at = then if then is not None else step, change_at
         self.started: float | None = None
 
     async def run(self, emit: Emit) -> None:
         clock = MonotonicClock()
         start = self.started = clock.now()
-        logged = 0
+        next_step = start + self.step
         while True:
             await asyncio.sleep(self.poll_s)
             now = clock.now()
-            steps = int((now - start) / self.step)
-            if steps <= logged:
+            steps = 0
+            while next_step <= now:
+                steps += 1
+                next_step += self.step if next_step - start < self.change_at else self.then
+            if not steps:
                 continue
-            n = 3 * (steps - logged)
+            n = 3 * steps
             emit(
                 CallBatch(
                     times=np.full(n, now),
-                    s_bytes=np.tile([25e6, 9e6, 4.0], steps - logged),
+                    s_bytes=np.tile([25e6, 9e6, 4.0], steps),
                     ops={"AllReduce": (n, 0)},
                     nranks=8,
                     processes=frozenset({"host:1"}),
@@ -478,7 +485,6 @@ class StampedOnRead:
                     time_resolution_s=self.poll_s,
                 )
             )
-            logged = steps
 
 
 def test_steps_shorter_than_the_log_reads_are_timed_by_their_calls_order() -> None:
@@ -493,6 +499,22 @@ def test_steps_shorter_than_the_log_reads_are_timed_by_their_calls_order() -> No
     assert all(t is not None and t == pytest.approx(0.13, rel=0.02) for t in late), str(
         [(round(at - source.started, 2), t) for at, t in seen]
     )
+
+
+def test_a_change_of_the_steps_timed_by_their_calls_order_is_followed_within_seconds() -> None:
+    """Coarse calls keep a window of 100 reads (20 s): its slope glided from 0.13 s to 0.17 s
+    over all of it after the steps slowed; the newest part's own slope now stands in for it,
+    and the tracker re-locks within a few seconds."""
+    source = StampedOnRead(0.13, 0.2, then=0.17, change_at=6.0)
+    seen = _periods_seen(source, hop_s=1.0, run_s=15.0)  # type: ignore[arg-type]
+    assert source.started is not None
+    at = [(round(t - source.started, 1), p) for t, p in seen]
+    before = [p for t, p in at if 3.0 <= t <= 6.0]
+    after = [p for t, p in at if t >= 11.5]
+    assert before, at
+    assert all(p == pytest.approx(0.13, rel=0.02) for p in before), at
+    assert len(after) >= 3, at
+    assert all(p == pytest.approx(0.17, rel=0.02) for p in after), at
 
 
 class StubbornSink:

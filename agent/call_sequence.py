@@ -179,7 +179,7 @@ def _process_markers(
         timed = marks[np.isfinite(marks)]
         slope = _runs_slope(timed, keep)
         if resolution_s > 0 and slope > 0:
-            newer = _newer_slope(timed, keep, slope, resolution_s)
+            newer = _newer_slope(timed, keep, resolution_s)
             if newer is not None:
                 slope, kept = newer
         if slope > 0:
@@ -187,37 +187,53 @@ def _process_markers(
     return out
 
 
-#: Share of the newest marks whose own slope stands in for the window's after a change.
-NEWEST_SHARE = 1.0 / 3.0
-
-
 def _newer_slope(
-    marks: FloatArray, keep: npt.NDArray[np.bool_], slope: float, resolution_s: float
+    marks: FloatArray, keep: npt.NDArray[np.bool_], resolution_s: float
 ) -> tuple[float, int] | None:
-    """The newest part's (slope, steps) when the step time changed within the window.
+    """The newer steps' (slope, steps) when the step time changed within the window.
 
     Coarse calls need a long window (100 resolutions: 20 s at the tailer's 0.2 s polls), and
     its slope glides from the old step to the new one over all of it (0.13 to 0.17 s over
-    20 s). The newest third is taken when its own slope differs by more than 2 % and by four
-    times its quantisation error, res / (span·√K); then the newest third of that, and so on
-    while the parts still differ and hold ``MIN_STEPS`` steps (the error gate stops it where
-    the times are too coarse for so few steps).
+    20 s). The marks' times, pauses taken out, are fitted by two lines, the break where their
+    squared error is least; the newer line's slope is taken when it differs from the older's
+    by more than 2 % and four times its quantisation error, res / (span·√K).
     """
-    found: tuple[float, int] | None = None
-    start = 0
-    while True:
-        first = start + int((marks.size - start) * (1.0 - NEWEST_SHARE))
-        tail_keep = keep[first:]
-        steps = int(tail_keep.sum())
-        if steps < MIN_STEPS:
-            return found
-        newer = _runs_slope(marks[first:], tail_keep)
-        if newer <= 0:
-            return found
-        noise = resolution_s / (newer * steps * np.sqrt(steps))
-        if abs(newer / slope - 1.0) <= max(0.02, 4.0 * noise):
-            return found
-        found, slope, start = (newer, steps), newer, first
+    d = np.diff(marks)
+    u = np.concatenate(([0.0], np.cumsum(keep, dtype=np.float64)))  # steps so far
+    y = np.concatenate(([0.0], np.cumsum(np.where(keep, d, 0.0))))  # time so far, no pauses
+    n = u.size
+    if n < 2 * MIN_STEPS + 2:
+        return None
+
+    def prefix(a: FloatArray) -> FloatArray:
+        return np.concatenate(([0.0], np.cumsum(a)))
+
+    su, sy, suu, syy, suy = prefix(u), prefix(y), prefix(u * u), prefix(y * y), prefix(u * y)
+
+    def fit(a: npt.NDArray[np.int64], b: npt.NDArray[np.int64]) -> tuple[FloatArray, FloatArray]:
+        """(squared error, slope) of the line through points [a, b), for arrays of bounds."""
+        m = (b - a).astype(np.float64)
+        cu, cy = su[b] - su[a], sy[b] - sy[a]
+        cuu = suu[b] - suu[a] - cu * cu / m
+        cuy = suy[b] - suy[a] - cu * cy / m
+        cyy = syy[b] - syy[a] - cy * cy / m
+        safe = np.where(cuu > 0, cuu, 1.0)
+        return cyy - cuy * cuy / safe, np.where(cuu > 0, cuy / safe, 0.0)
+
+    breaks = np.arange(MIN_STEPS + 1, n - MIN_STEPS, dtype=np.int64)
+    if breaks.size == 0:
+        return None
+    left_err, left = fit(np.zeros_like(breaks), breaks)
+    right_err, right = fit(breaks, np.full_like(breaks, n))
+    best = int(np.argmin(left_err + right_err))
+    older, newer = float(left[best]), float(right[best])
+    steps = int(u[-1] - u[breaks[best]])
+    if older <= 0 or newer <= 0 or steps < MIN_STEPS:
+        return None
+    noise = resolution_s / (newer * steps * np.sqrt(steps))
+    if abs(newer / older - 1.0) <= max(0.02, 4.0 * noise):
+        return None
+    return newer, steps
 
 
 def _runs_slope(marks: FloatArray, keep: npt.NDArray[np.bool_]) -> float:

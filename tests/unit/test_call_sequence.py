@@ -147,6 +147,22 @@ def test_whole_second_times_give_the_step_from_the_call_order(step_s: float) -> 
     assert seq.period_s == pytest.approx(exact.period_s, rel=1e-3)
 
 
+def test_after_a_change_of_step_time_coarse_times_give_the_new_step() -> None:
+    """0.45 s steps for 200 s, then 0.6 s for 100 s, in whole seconds: the window's slope is
+    between the two; the newest part's own slope is the new step."""
+    t1, keys, sizes, procs = _calls(0.45, 200.0)
+    t2, keys2, sizes2, procs2 = _calls(0.6, 100.0, seed=1)
+    times = np.concatenate((t1, t2 + t1[-1] + 0.45))
+    args = (np.concatenate((keys, keys2)), np.concatenate((sizes, sizes2)))
+    processes = np.concatenate((procs, procs2))
+    seq = sequence_step(np.floor(times), *args, processes, 1.0)
+    assert seq is not None
+    assert seq.period_s == pytest.approx(0.6, rel=0.01)
+    whole = sequence_step(times, *args, processes, 0.0)  # fine times: the window's slope
+    assert whole is not None
+    assert 0.45 < whole.period_s < 0.58
+
+
 def test_a_checkpoint_pause_is_left_out_of_the_step() -> None:
     times, keys, sizes, procs = _calls(0.45, 300.0)
     times = np.where(times > 150.0, times + 40.0, times)

@@ -167,7 +167,8 @@ def _process_markers(
     out: list[_Marked] = []
     for kind, calls, share in step_markers(kinds, keys):
         marks = times[kinds == kind]
-        d = np.diff(marks[np.isfinite(marks)])
+        marks = marks[np.isfinite(marks)]
+        d = np.diff(marks)
         if d.size < MIN_STEPS:
             continue
         typical = float(np.median(d))
@@ -176,10 +177,9 @@ def _process_markers(
         kept = int(keep.sum())
         if kept < MIN_STEPS or kept < (1.0 - MAX_PAUSES) * d.size:
             continue
-        timed = marks[np.isfinite(marks)]
-        slope = _runs_slope(timed, keep)
+        slope = _runs_slope(marks, keep)
         if resolution_s > 0 and slope > 0:
-            newer = _newer_slope(timed, keep, resolution_s)
+            newer = _newer_slope(marks, keep, resolution_s)
             if newer is not None:
                 slope, kept = newer
         if slope > 0:

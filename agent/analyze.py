@@ -325,7 +325,7 @@ def collective_mix(summary: NcclLogSummary, table: CallTable | None = None) -> C
         version=summary.version,
         processes=_processes(summary),
         # NCCL's default timestamp format has whole seconds: its call times are that coarse.
-        time_resolution_s=stamp_resolution(summary.call_times_s),
+        time_resolution_s=table.resolution_s,
         call_keys=keys,
         call_processes=process_codes(k.process for k in table.keys)[keys],
     )

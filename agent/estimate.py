@@ -673,17 +673,22 @@ SEQUENCE_FULL_STEPS = 16
 SEQUENCE_CONFIDENCE = 0.8
 
 
-def _sequence_result(seq: SequenceStep, res: float) -> PeriodResult:
+def _sequence_result(seq: SequenceStep, warnings: tuple[str, ...]) -> PeriodResult:
     """The step read from the call order as a period (see :mod:`agent.call_sequence`)."""
     confidence = SEQUENCE_CONFIDENCE * min(1.0, seq.steps / SEQUENCE_FULL_STEPS) * seq.alike
+    return PeriodResult(
+        seq.period_s, confidence, cycles=float(seq.steps), method="sequence", warnings=warnings
+    )
+
+
+def _coarse_sequence_result(seq: SequenceStep, res: float) -> PeriodResult:
+    """:func:`_sequence_result` for calls timed only to ``res``, with the note that says so."""
     note = (
         f"the NCCL log's calls are timed to {res:g} s only: T comes from their order (each "
         f"process repeats its {seq.calls_per_step} calls every step; {seq.steps} steps timed "
         "by a call that comes once a step)"
     )
-    return PeriodResult(
-        seq.period_s, confidence, cycles=float(seq.steps), method="sequence", warnings=(note,)
-    )
+    return _sequence_result(seq, (note,))
 
 
 #: Share of the polls holding calls above which a coarse log's binned period is a beat.
@@ -718,9 +723,8 @@ def _checked_by_order(timed: PeriodResult, seq: SequenceStep) -> PeriodResult:
     t = timed.period_s
     if t is None or seq.steps < ORDER_MIN_STEPS or seq.interval_cv > STEADY_MARKER_CV:
         return timed
-    ratio = t / seq.period_s
-    k = round(ratio) if ratio >= 1 else round(1.0 / ratio)
-    if k < 2 or k > 8 or abs((ratio if ratio >= 1 else 1.0 / ratio) / k - 1.0) > 0.03:
+    step = seq.period_s
+    if not (_whole_multiple(t, step, at_most=8) or _whole_multiple(step, t, at_most=8)):
         return timed
     near = [p for p in (seq.period_s, *seq.other_periods_s) if abs(t / p - 1.0) <= 0.03]
     inner = timed.inner_period_s
@@ -731,21 +735,16 @@ def _checked_by_order(timed: PeriodResult, seq: SequenceStep) -> PeriodResult:
         f"{seq.period_s:.4g} s, at steady intervals, and none once every {t:.4g} s: T is "
         "the latter's step"
     )
-    confidence = SEQUENCE_CONFIDENCE * min(1.0, seq.steps / SEQUENCE_FULL_STEPS) * seq.alike
-    return PeriodResult(
-        seq.period_s,
-        confidence,
-        cycles=float(seq.steps),
-        method="sequence",
-        warnings=(*timed.warnings, note),
-    )
+    return _sequence_result(seq, (*timed.warnings, note))
 
 
-def _whole_multiple(period_s: float | None, step_s: float) -> bool:
-    """Whether ``period_s`` is 2, 3, ... times ``step_s`` (within 3 %)."""
+def _whole_multiple(period_s: float | None, step_s: float, *, at_most: int | None = None) -> bool:
+    """Whether ``period_s`` is 2, 3, ... (up to ``at_most``) times ``step_s`` (within 3 %)."""
     if period_s is None:
         return False
     k = round(period_s / step_s)
+    if at_most is not None and k > at_most:
+        return False
     return k >= 2 and abs(period_s / (k * step_s) - 1.0) <= 0.03
 
 
@@ -771,7 +770,7 @@ def _log_period(
         binned = estimate_period(rate, dt, t0=t0, settings=settings, expected_period_s=expected_s)
         return _checked_by_order(binned, seq) if seq is not None else binned
     if seq is not None and seq.period_s < MIN_ARRIVAL_POLLS * res:
-        return _sequence_result(seq, res)
+        return _coarse_sequence_result(seq, res)
     steps = None
     timed: PeriodResult | None = None
     # Steps that can be timed leave polls without calls between them; calls in most polls are
@@ -794,7 +793,7 @@ def _log_period(
         # a whole multiple of the call order's period (which may be half a step: a, b, a, b).
         if _whole_multiple(timed.period_s, seq.period_s):
             return timed
-        return _sequence_result(seq, res)
+        return _coarse_sequence_result(seq, res)
     result = timed
     if result.method == "arrivals":
         return result

@@ -748,6 +748,20 @@ def _whole_multiple(period_s: float | None, step_s: float, *, at_most: int | Non
     return k >= 2 and abs(period_s / (k * step_s) - 1.0) <= 0.03
 
 
+def _call_order(mix: CollectiveMix) -> SequenceStep | None:
+    """The step the newest calls' order marks, when the mix carries who made each call."""
+    if not mix.call_keys.size == mix.call_times.size == mix.call_processes.size > 0:
+        return None
+    newest = slice(-MAX_SEQUENCE_CALLS, None)
+    return sequence_step(
+        mix.call_times[newest],
+        mix.call_keys[newest],
+        mix.call_bytes[newest],
+        mix.call_processes[newest],
+        mix.time_resolution_s,
+    )
+
+
 def _log_period(
     mix: CollectiveMix, settings: DetectorSettings, expected_s: float | None = None
 ) -> PeriodResult | None:
@@ -755,20 +769,14 @@ def _log_period(
     if series is None:
         return None
     res = mix.time_resolution_s
-    seq = None
-    if mix.call_keys.size == mix.call_times.size == mix.call_processes.size > 0:
-        newest = slice(-MAX_SEQUENCE_CALLS, None)
-        seq = sequence_step(
-            mix.call_times[newest],
-            mix.call_keys[newest],
-            mix.call_bytes[newest],
-            mix.call_processes[newest],
-            res,
-        )
     rate, dt, t0 = series
     if res == 0:
         binned = estimate_period(rate, dt, t0=t0, settings=settings, expected_period_s=expected_s)
+        if binned.period_s is None:
+            return binned  # the call order only checks a period (it is not looked at for cost)
+        seq = _call_order(mix)
         return _checked_by_order(binned, seq) if seq is not None else binned
+    seq = _call_order(mix)
     if seq is not None and seq.period_s < MIN_ARRIVAL_POLLS * res:
         return _coarse_sequence_result(seq, res)
     steps = None

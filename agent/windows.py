@@ -700,18 +700,17 @@ class CollectiveWindow:
         if not self.totals:
             return None
         rows = self._ring.since(since)
-        resolution = self.resolution_s(since)
-        ids = processes = np.empty(0, dtype=np.int64)
-        if resolution > 0:  # T may have to come from the calls' order (agent.call_sequence)
-            ids = rows[:, 2].astype(np.int64)
-            processes = process_codes(k.process for k in self._keys)[ids]
+        # Who made each call, for T from the calls' order (agent.call_sequence): with coarse
+        # times it may be the only T; with fine ones it checks the binned calls' period.
+        ids = rows[:, 2].astype(np.int64)
+        processes = process_codes(k.process for k in self._keys)[ids]
         return CollectiveMix(
             ops=dict(self.totals),
             nranks=self.nranks,
             call_times=rows[:, 0],
             call_bytes=rows[:, 1],
             processes=len(self.processes),
-            time_resolution_s=resolution,
+            time_resolution_s=self.resolution_s(since),
             call_keys=ids,
             call_processes=processes,
         )

@@ -20,6 +20,8 @@ from agent.call_sequence import sequence_step, step_markers
 from agent.estimate import EstimateInputs, estimate
 from agent.windows import CollectiveWindow
 from collectors._base import CallBatch, CallKey
+from collectors.nccl_log import LiveDecoder
+from collectors.nccl_tail import decode_texts
 
 START = dt.datetime(2026, 12, 1, 1, 0, 0)
 
@@ -285,6 +287,30 @@ def test_a_long_fine_log_of_fast_steps_reads_the_step_its_calls_mark(tmp_path: P
     3 T = 0.184 s at confidence 0.7; the AllReduce that comes once a step, at steady
     intervals, overrules a period no call comes once in."""
     est = analyze_files(nccl_logs=[_moe_log(tmp_path / "moe.log", 0.061, 300.0)]).estimate
+    assert est.period_s == pytest.approx(0.061, rel=0.01)
+    assert any("a call comes once every" in w for w in est.warnings)
+
+
+def test_the_live_window_checks_fine_times_by_their_calls_order_too(tmp_path: Path) -> None:
+    """The same MoE log as the tailer hands it over (decoded live, a chunk of lines every
+    0.5 s of log time): the live window passes who made each call whatever the times'
+    resolution, so its 3 T read is overruled as analyze's is (it was not: only coarse
+    windows carried the call order)."""
+    lines = _moe_log(tmp_path / "moe.log", 0.061, 300.0).read_text().splitlines(keepends=True)
+    decoder, window = LiveDecoder(), CollectiveWindow(200_000)
+    chunk: list[str] = []
+    for line in lines:
+        chunk.append(line)
+        if len(chunk) >= 90:  # about 0.5 s of this job's calls
+            batch = decode_texts(decoder, ["".join(chunk)], 0.0, lambda s, a: s)
+            assert batch is not None
+            window.add_batch(batch)
+            chunk = []
+    mix = window.mix()
+    assert mix is not None
+    assert mix.time_resolution_s == 0.0
+    assert mix.call_keys.size == mix.call_times.size
+    est = estimate(EstimateInputs(collectives=mix))
     assert est.period_s == pytest.approx(0.061, rel=0.01)
     assert any("a call comes once every" in w for w in est.warnings)
 

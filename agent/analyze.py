@@ -10,7 +10,7 @@ from __future__ import annotations
 import itertools
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -37,6 +37,7 @@ from agent.rates import (
     busy_slots,
     column_direction,
     column_words,
+    counter_deltas,
     direction_grids,
     glitch_reads,
     nominal_interval,
@@ -247,6 +248,22 @@ def _counters(paths: Sequence[Path]) -> tuple[dict[Direction, GridSeries], float
                 f"{path}: {glitches} read(s) off their counter's trajectory (a 0 or a spike "
                 "between two reads that agree) were taken as missed polls"
             )
+        stuck = _without_saturated(table, present)
+        if stuck:
+            notes.append(
+                f"{path}: 32-bit counter(s) stuck at 2^32-1, saturated (InfiniBand's "
+                "PortXmitData/PortRcvData without the 64-bit extended counters stop there): "
+                + ", ".join(f"{name} from {at:.6g} s" for name, at in stuck)
+                + "; their bytes from then on are unknown and left out (read the _64 or "
+                "counters_ext files, or the kernel's 64-bit counters)"
+            )
+        kept, partial = _whole_columns(table, kept, present)
+        if partial:
+            notes.append(
+                f"{path}: left out columns of little traffic read over less than half of the "
+                "recording (summed, every interval outside their reads would be unknown): "
+                + ", ".join(f"{name} ({a:.6g}-{b:.6g} s)" for name, a, b in partial)
+            )
         try:
             grids.append(
                 direction_grids(
@@ -290,6 +307,86 @@ def _without_glitches(
         count += int(bad.size)
         present[name] = mask
     return present, count
+
+
+#: A column whose reads span less than this share of the recording, beside columns that
+#: span it, is left out when it carries little (:func:`_whole_columns`) ...
+PARTIAL_COLUMN = 0.5
+#: ... under this share of its direction's bytes per second (a management NIC, not a rail).
+MINOR_COLUMN = 0.1
+
+
+def _column_rate(table: CounterTable, name: str, mask: npt.NDArray[np.bool_]) -> float:
+    read = np.flatnonzero(mask)
+    if read.size < 2:
+        return 0.0
+    d, _, _ = counter_deltas(table.columns[name][read])
+    span = float(table.times[read[-1]] - table.times[read[0]])
+    return float(np.nansum(d)) / span if span > 0 else 0.0
+
+
+def _whole_columns(
+    table: CounterTable, names: list[str], present: dict[str, npt.NDArray[np.bool_]]
+) -> tuple[list[str], list[tuple[str, float, float]]]:
+    """The columns without minor ones read over only part of the recording; (column, from, to).
+
+    A management NIC that vanished after 30 s, or appeared late, made every interval outside
+    its reads unknown for its direction: the analysis kept 5-29 s of a 120 s recording,
+    with no word of why. Such a column is left out when another column spans the recording
+    and it carries under ``MINOR_COLUMN`` of its direction's bytes per second; a rail that
+    carries a share of the job's bytes stays (B is the host's: without it, it would halve).
+    """
+    span = float(table.times[-1] - table.times[0]) if table.times.size > 1 else 0.0
+    if span <= 0:
+        return names, []
+    covers: dict[str, tuple[float, float]] = {}
+    for name in names:
+        read = np.flatnonzero(present[name])
+        if read.size:
+            covers[name] = (float(table.times[read[0]]), float(table.times[read[-1]]))
+    share = {n: (b - a) / span for n, (a, b) in covers.items()}
+    whole = [n for n in names if share.get(n, 0.0) >= 1.0 - PARTIAL_COLUMN]
+    if not whole:
+        return names, []
+    t0 = float(table.times[0])
+    partial = []
+    for n in names:
+        if n in whole or n not in covers or share[n] >= PARTIAL_COLUMN:
+            continue
+        way = column_direction(n)
+        total = sum(_column_rate(table, w, present[w]) for w in whole if column_direction(w) == way)
+        if _column_rate(table, n, present[n]) < MINOR_COLUMN * total:
+            partial.append((n, covers[n][0] - t0, covers[n][1] - t0))
+    left = {p[0] for p in partial}
+    return [n for n in names if n not in left], partial
+
+
+#: The value a saturating 32-bit counter stops at.
+SATURATED_32 = 2**32 - 1
+
+
+def _without_saturated(
+    table: CounterTable, present: dict[str, npt.NDArray[np.bool_]]
+) -> list[tuple[str, float]]:
+    """Take the reads of 32-bit columns stuck at 2^32-1 out of ``present``; (column, since).
+
+    InfiniBand's 32-bit data counters saturate rather than wrap: a column that reads exactly
+    2^32-1 twice or more has stopped counting, and its differences (0) would read as a link
+    gone quiet, halving B on a two-rail host. Its reads from the first stuck one on are left
+    out (no bytes known), so the intervals from then on are unknown, not zero, until a read
+    off the ceiling (the counters cleared) starts the column again.
+    """
+    stuck: list[tuple[str, float]] = []
+    for name, mask in present.items():
+        values = table.columns[name]
+        if values.size == 0 or int(values.max()) != SATURATED_32:
+            continue
+        at = np.flatnonzero(mask & (values == SATURATED_32))
+        if at.size < 2:
+            continue
+        mask[at] = False
+        stuck.append((name, float(table.times[at[0]] - table.times[0])))
+    return stuck
 
 
 def _gpu(paths: Sequence[Path], notes: list[str]) -> GpuSamples:
@@ -524,10 +621,12 @@ def _one_job(
 STEP_PIECES_MAX = 16
 
 
-def _runs(periods: Sequence[float | None]) -> list[tuple[int, int]]:
-    """Piece ranges ``[i, j)`` whose periods agree, each within ``JOB_PERIODS_DIFFER`` of the run's.
+def _runs(
+    periods: Sequence[float | None], within: float = JOB_PERIODS_DIFFER
+) -> list[tuple[int, int]]:
+    """Piece ranges ``[i, j)`` whose periods (or other values) agree, each ``within`` of the run's.
 
-    The run's period is the median of its members. Pieces without a period may sit inside a run
+    The run's value is the median of its members. Pieces without one may sit inside a run
     (a stall, a jittery stretch) but neither start nor end one.
     """
     runs: list[tuple[int, int]] = []
@@ -537,7 +636,7 @@ def _runs(periods: Sequence[float | None]) -> list[tuple[int, int]]:
     for i, p in enumerate(periods):
         if p is None:
             continue
-        if start is not None and abs(p / float(np.median(members)) - 1.0) <= JOB_PERIODS_DIFFER:
+        if start is not None and abs(p / float(np.median(members)) - 1.0) <= within:
             members.append(p)
             last = i
             continue
@@ -580,22 +679,24 @@ def _step_parts(
     def part(a: int, b: int) -> EstimateInputs:
         return replace(inputs, network={d: g.sliced(a, b) for d, g in network.items()})
 
-    periods = [estimate(part(int(a), int(b))).period_s for a, b in itertools.pairwise(cuts)]
+    pieces = [estimate(part(int(a), int(b))) for a, b in itertools.pairwise(cuts)]
+    periods = [p.period_s for p in pieces]
     runs = [(i, j) for i, j in _runs(periods) if sum(p is not None for p in periods[i:j]) >= 2]
+    unchanged = _burst_parts(pieces, cuts, part, grid.dt, inputs, est)
     if len(runs) < 2:
-        return inputs, est
+        return unchanged
     found = []
     for i, j in runs:
         sub = part(int(cuts[i]), int(cuts[j]))
         got = estimate(sub)
         if got.period_s is None:
-            return inputs, est
+            return unchanged
         found.append((int(cuts[i]), int(cuts[j]), sub, got))
     steps = [f[3].period_s or 0.0 for f in found]
     if all(
         abs(b / a - 1.0) <= JOB_PERIODS_DIFFER for a, b in itertools.pairwise(steps)
     ):  # neighbouring runs of one period: no change, only pieces without a period between
-        return inputs, est
+        return unchanged
     a, b, sub, newest = found[-1]
     dt = grid.dt
     listed = ", ".join(f"{f[0] * dt:.0f}-{f[1] * dt:.0f} s: T {f[3].period_s:.4g} s" for f in found)
@@ -603,6 +704,62 @@ def _step_parts(
     note = (
         f"the step time changed during the recording ({listed}, from its first traffic)"
         f"{spans}; shown: the newest part, at {a * dt:.0f}-{b * dt:.0f} s"
+    )
+    return sub, replace(newest, warnings=(*newest.warnings, note))
+
+
+#: Pieces whose burst bandwidths agree within this share of their run's belong to one run ...
+BURSTS_AGREE = 0.15
+#: ... and neighbouring runs whose bandwidths differ by more than this factor are a change of
+#: the bursts (congestion, another job on the links) under one step time.
+BURSTS_CHANGE = 1.3
+
+
+def _burst_parts(
+    pieces: Sequence[Estimate],
+    cuts: npt.NDArray[np.int64],
+    part: Callable[[int, int], EstimateInputs],
+    dt: float,
+    inputs: EstimateInputs,
+    est: Estimate,
+) -> tuple[EstimateInputs, Estimate]:
+    """The newest bursts, when the burst bandwidth changed under one step time.
+
+    Read as one window, steps whose bursts halved in height and doubled in length halfway
+    (the same bytes a step: congestion) were timed by the taller bursts only, the lower ones
+    falling under the window's burst threshold: B and D of the first half, for the whole
+    recording, with no warning. The pieces :func:`_step_parts` cut are grouped into runs of
+    like bandwidth (``BURSTS_AGREE``); two neighbouring runs of two pieces or more that differ
+    by ``BURSTS_CHANGE`` are a change: the newest run is shown, as the live agent shows it
+    at the end of the recording, and a warning names every run.
+    """
+    bands = [p.burst_bandwidth if p.period_s is not None else None for p in pieces]
+    runs = [
+        (i, j) for i, j in _runs(bands, BURSTS_AGREE) if sum(b is not None for b in bands[i:j]) >= 2
+    ]
+    if len(runs) < 2:
+        return inputs, est
+    levels = [float(np.median([b for b in bands[i:j] if b is not None])) for i, j in runs]
+    if all(max(a, b) < BURSTS_CHANGE * min(a, b) for a, b in itertools.pairwise(levels)):
+        return inputs, est
+    found = []
+    for i, j in runs:
+        sub = part(int(cuts[i]), int(cuts[j]))
+        found.append((int(cuts[i]), int(cuts[j]), sub, estimate(sub)))
+    a, b, sub, newest = found[-1]
+    if newest.period_s is None or newest.burst_bandwidth is None:
+        return inputs, est
+
+    def described(f: tuple[int, int, EstimateInputs, Estimate]) -> str:
+        e = f[3]
+        band = f"B {e.burst_bandwidth / 1e9:.3g} GB/s" if e.burst_bandwidth is not None else "no B"
+        duty = f", D {e.duty_cycle:.2f}" if e.duty_cycle is not None else ""
+        return f"{f[0] * dt:.0f}-{f[1] * dt:.0f} s: {band}{duty}"
+
+    note = (
+        f"the bursts changed during the recording under one step time "
+        f"({'; '.join(described(f) for f in found)}, from its first traffic): congestion or "
+        f"other traffic on the links; shown: the newest part, at {a * dt:.0f}-{b * dt:.0f} s"
     )
     return sub, replace(newest, warnings=(*newest.warnings, note))
 
@@ -813,6 +970,8 @@ def analyze_files(
         est = replace(est, warnings=(*est.warnings, *input_notes, *capture_notes))
     if not network and mix is None and gpu_samples is None:
         est = replace(est, regime="unknown")  # Inspector records alone say nothing of traffic
+    if network and mix is None and not any(np.isfinite(g.rate).any() for g in network.values()):
+        est = replace(est, regime="unknown")  # no byte known (saturated counters): no idle host
     if summary is not None and summary.ray_folded_calls:
         note = (
             f"{summary.ray_folded_lines} COLL line(s) end in Ray's '[repeated Nx across "

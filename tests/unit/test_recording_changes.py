@@ -1,0 +1,138 @@
+"""Counter recordings whose bursts or columns change part of the way through.
+
+Found by feeding `analyze` recordings made outside the project's simulator: congestion that
+halved the bursts' height halfway was cut out of the estimate without a word; a rail whose
+32-bit counter saturated read as a link gone quiet; a rail unreadable for 20 s had its bytes
+spread flat over the gap; a management NIC that vanished after 30 s left 29 s of 120
+analysed.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from agent.analyze import analyze_files
+from tests.signals import periodic_bursts, sample_bursts
+
+FS = 100.0
+
+
+def _rate(period: float, duty: float, duration: float, rate: float, *, seed: int = 3) -> np.ndarray:
+    bursts, _ = periodic_bursts(period, duty, duration, rate=rate, jitter=0.01, seed=seed)
+    return sample_bursts(bursts, FS, duration)
+
+
+def _counter(rate: np.ndarray, base: int = 10**12) -> np.ndarray:
+    return (np.concatenate(([0.0], np.cumsum(rate / FS))) + base).astype(np.int64)
+
+
+def _write(path: Path, columns: dict[str, list[object]]) -> Path:
+    n = len(next(iter(columns.values())))
+    rows = ["time," + ",".join(columns)]
+    for i in range(n):
+        cells = ["" if c[i] is None else str(c[i]) for c in columns.values()]
+        rows.append(f"{i / FS:.6f}," + ",".join(cells))
+    path.write_text("\n".join(rows) + "\n")
+    return path
+
+
+@pytest.mark.parametrize("newest_b", [5e9, 10e9])
+def test_bursts_that_change_height_under_one_step_show_the_newest_and_say_so(
+    tmp_path: Path, newest_b: float
+) -> None:
+    """The same bytes a 1 s step, first at one height then at the other (congestion, or its
+    end): one window read as the taller bursts only, whichever half they were in."""
+    first_b = 15e9 - newest_b
+    first = _rate(1.0, 2.5e9 / first_b, 60.0, first_b, seed=1)
+    newest = _rate(1.0, 2.5e9 / newest_b, 60.0, newest_b, seed=2)
+    cum = _counter(np.concatenate((first, newest))).tolist()
+    path = _write(tmp_path / "c.csv", {"eth0_tx_bytes": cum, "eth0_rx_bytes": cum})
+    est = analyze_files(counters=[path]).estimate
+    assert est.period_s == pytest.approx(1.0, rel=0.01)
+    assert est.burst_bandwidth == pytest.approx(newest_b, rel=0.03)
+    assert est.duty_cycle == pytest.approx(2.5e9 / newest_b, abs=0.03)
+    note = next(w for w in est.warnings if "the bursts changed" in w)
+    assert "shown: the newest part" in note
+
+
+def test_steady_bursts_are_not_called_a_change(tmp_path: Path) -> None:
+    cum = _counter(_rate(1.0, 0.3, 120.0, 10e9)).tolist()
+    path = _write(tmp_path / "c.csv", {"eth0_tx_bytes": cum, "eth0_rx_bytes": cum})
+    est = analyze_files(counters=[path]).estimate
+    assert est.window_s > 110.0
+    assert not any("the bursts changed" in w for w in est.warnings)
+
+
+def test_a_saturated_32_bit_rail_is_named_and_its_zeros_are_not_read_as_quiet(
+    tmp_path: Path,
+) -> None:
+    """Two IB rails in 4-byte words; rail 0's 32-bit counter stops at 2^32-1 after ~40 s.
+    Its differences (0) halved the host's B from there and the recording read as a change."""
+    words = _rate(1.0, 0.3, 120.0, 1e8)  # 400 MB/s per rail
+    ok = _counter(words, base=2**40)
+    stuck = np.minimum(_counter(words, base=2**32 - 1 - int(words[:4000].sum() / FS)), 2**32 - 1)
+    path = _write(
+        tmp_path / "ib.csv",
+        {"mlx5_0_port_xmit_data": stuck.tolist(), "mlx5_1_port_xmit_data": ok.tolist()},
+    )
+    est = analyze_files(counters=[path]).estimate
+    assert est.burst_bandwidth == pytest.approx(8e8, rel=0.03)
+    assert est.period_s == pytest.approx(1.0, rel=0.01)
+    note = next(w for w in est.warnings if "stuck at 2^32-1" in w)
+    assert "mlx5_0_port_xmit_data from 39.4" in note
+    assert not any("the bursts changed" in w for w in est.warnings)
+
+
+def test_counters_saturated_throughout_are_no_idle_host(tmp_path: Path) -> None:
+    flat = [2**32 - 1] * 6001
+    path = _write(tmp_path / "ib.csv", {"port_xmit_data": flat, "port_rcv_data": flat})
+    est = analyze_files(counters=[path]).estimate
+    assert est.regime == "unknown"
+    assert any("stuck at 2^32-1" in w for w in est.warnings)
+
+
+def test_a_rail_unreadable_for_20_s_leaves_a_hole_not_flat_bytes(tmp_path: Path) -> None:
+    """Spread over the gap, the rail's bytes made the sum's bursts 35 % lower there."""
+    rate = _rate(1.0, 0.3, 120.0, 10e9)
+    a = _counter(rate).tolist()
+    b: list[object] = list(_counter(rate, base=10**11).tolist())
+    b[5000:7000] = [None] * 2000  # 'N/A' from 50 s to 70 s
+    path = _write(tmp_path / "c.csv", {"mlx5_0_tx_bytes": a, "mlx5_1_tx_bytes": b})
+    est = analyze_files(counters=[path]).estimate
+    assert est.burst_bandwidth == pytest.approx(20e9, rel=0.02)
+    assert est.duty_cycle == pytest.approx(0.3, abs=0.02)
+    assert not any("the bursts changed" in w for w in est.warnings)
+
+
+@pytest.mark.parametrize("span", [(0, 3000), (9000, 12001)])
+def test_a_minor_nic_read_for_part_of_the_recording_is_left_out_not_the_recording(
+    tmp_path: Path, span: tuple[int, int]
+) -> None:
+    """A management NIC read for 30 s only (gone, or plugged in late) cut the analysis to its
+    30 s; it carries 1 % of the bytes, so it is left out, and a note names it."""
+    job = _counter(_rate(1.0, 0.3, 120.0, 10e9)).tolist()
+    mgmt: list[object] = [None] * len(job)
+    mgmt[span[0] : span[1]] = (10**9 + np.arange(span[1] - span[0]) * 10**6).tolist()
+    path = _write(tmp_path / "c.csv", {"eth0_tx_bytes": job, "eth1_tx_bytes": mgmt})
+    est = analyze_files(counters=[path]).estimate
+    assert est.window_s > 110.0
+    assert est.burst_bandwidth == pytest.approx(10e9, rel=0.02)
+    assert any(
+        "left out columns of little traffic" in w and "eth1_tx_bytes" in w for w in est.warnings
+    )
+
+
+def test_a_rail_read_for_part_of_the_recording_stays_in_the_sum(tmp_path: Path) -> None:
+    """A rail carrying half the host's bytes is not left out (B would halve): the analysis
+    keeps the stretch where both rails were read."""
+    rate = _rate(1.0, 0.3, 120.0, 10e9)
+    a = _counter(rate).tolist()
+    b: list[object] = list(_counter(rate, base=10**11).tolist())
+    b[4000:] = [None] * (len(b) - 4000)
+    path = _write(tmp_path / "c.csv", {"mlx5_0_tx_bytes": a, "mlx5_1_tx_bytes": b})
+    est = analyze_files(counters=[path]).estimate
+    assert est.burst_bandwidth == pytest.approx(20e9, rel=0.02)
+    assert not any("left out columns" in w for w in est.warnings)

@@ -972,6 +972,11 @@ def analyze_files(
         est = replace(est, regime="unknown")  # Inspector records alone say nothing of traffic
     if network and mix is None and not any(np.isfinite(g.rate).any() for g in network.values()):
         est = replace(est, regime="unknown")  # no byte known (saturated counters): no idle host
+    if summary is not None and summary.skipped_files:
+        est = replace(
+            est,
+            warnings=(*est.warnings, *(f"skipped: {why}" for why in summary.skipped_files)),
+        )
     if summary is not None and summary.ray_folded_calls:
         note = (
             f"{summary.ray_folded_lines} COLL line(s) end in Ray's '[repeated Nx across "

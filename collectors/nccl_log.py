@@ -27,7 +27,7 @@ from __future__ import annotations
 import re
 from array import array
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from functools import lru_cache
 from itertools import repeat
@@ -64,6 +64,7 @@ __all__ = [
     "NcclLogAccumulator",
     "NcclLogSummary",
     "NetLine",
+    "NoNcclLinesError",
     "OpStats",
     "TopologyLine",
     "VersionLine",
@@ -345,6 +346,7 @@ _COLL_235_RE: Final = _rx(
 #   2.23 → master  "%s comm %p ..." (API name); splits "parent %p splitCount|childCount %d color
 #                  %d key %d- Init START" (sic, no blank before '-') and no commId
 #   2.29 → master  START gains a "[Rank %d] " head.
+#   RCCL           COMPLETE has "localSize %zi used %ld bytes[ on core %d]" before " - Init".
 _INIT_RE: Final = _rx(
     r"(?:\[Rank -?\d{1,10}\] )?(?:(?P<fn>nccl\w{1,64}) )?comm (?P<comm>" + _PTR + r")"
     r" rank (?P<rank>-?\d{1,10}) nranks (?P<nranks>\d{1,10})"
@@ -352,7 +354,9 @@ _INIT_RE: Final = _rx(
     r"(?: busId (?P<busid>[0-9a-fA-F]{1,16}))?(?: parent (?P<parent>" + _PTR + r"))?"
     r"(?: (?:splitCount|childCount) (?P<split>-?\d{1,10}))?"
     r"(?: color (?P<color>-?\d{1,10}) key -?\d{1,10})?"
-    r"(?: commId 0x(?P<commid>[0-9a-fA-F]{1,16}))? ?- (?:Init )?(?P<phase>START|COMPLETE)"
+    r"(?: commId 0x(?P<commid>[0-9a-fA-F]{1,16}))?"
+    r"(?: localSize -?\d{1,20} used -?\d{1,20} bytes(?: on core -?\d{1,10})?)?"
+    r" ?- (?:Init )?(?P<phase>START|COMPLETE)"
 )
 
 # NCCL 2.3.5 → 2.4.2 print no "Init START/COMPLETE"; at a comm's allocation they print "comm %p
@@ -1066,6 +1070,8 @@ class NcclLogSummary:
     #: other processes that Ray's log deduplication folded into them (not counted).
     ray_folded_lines: int = 0
     ray_folded_calls: int = 0
+    #: Files given beside others that held no NCCL line, each with the reason (skipped).
+    skipped_files: tuple[str, ...] = ()
 
     @property
     def call_ops(self) -> list[str]:
@@ -1886,6 +1892,10 @@ def _iter_lines(path: Path, max_line_bytes: int) -> Iterator[bytes | None]:
             yield bytes(pending.removesuffix(b"\r"))
 
 
+class NoNcclLinesError(InputFormatError):
+    """A readable file that holds no NCCL line (an empty or unrelated log)."""
+
+
 def _feed_file(acc: NcclLogAccumulator, path: Path, max_line_bytes: int) -> None:
     """Feed one file's lines into ``acc``; raise if it cannot be read or has no NCCL line."""
     before_lines, before_nccl, before_bad = acc.lines_seen, acc.nccl_lines_seen, acc.unparsed_seen
@@ -1902,7 +1912,7 @@ def _feed_file(acc: NcclLogAccumulator, path: Path, max_line_bytes: int) -> None
     if acc.nccl_lines_seen == before_nccl:
         bad = acc.unparsed_seen - before_bad
         detail = f"{bad} line(s) mention NCCL INFO/WARN but could not be decoded; " if bad else ""
-        raise InputFormatError(
+        raise NoNcclLinesError(
             path,
             f"no NCCL lines found ({acc.lines_seen - before_lines} lines read); {detail}"
             "was the job run with NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,COLL?",
@@ -1929,10 +1939,20 @@ def read_nccl_logs(
     Per-call arrays are in input order, file after file (not merged by time); communicators
     stay apart because they are keyed by ``(host, pid, comm)``.
 
+    A file that holds no NCCL line beside files that do (a rank's empty log in a glob) is
+    skipped and named in ``skipped_files``.
+
     Raises:
-        InputFormatError: naming the first file that cannot be read or holds no NCCL line.
+        InputFormatError: naming the first file that cannot be read, or the first without an
+            NCCL line when none has one.
     """
     acc = NcclLogAccumulator()
+    skipped: list[InputFormatError] = []
     for path in paths:
-        _feed_file(acc, Path(path), max_line_bytes)
-    return acc.summary()
+        try:
+            _feed_file(acc, Path(path), max_line_bytes)
+        except NoNcclLinesError as exc:
+            skipped.append(exc)  # one rank's empty log must not cost the others theirs
+    if skipped and acc.nccl_lines_seen == 0:
+        raise skipped[0]
+    return replace(acc.summary(), skipped_files=tuple(str(e) for e in skipped))

@@ -446,6 +446,19 @@ INIT_CASES: list[tuple[str, str, dict[str, object]]] = [
         "nvmlDev 3 busId 5d000 commId 0xabc - Init START",
         {"rank": 3, "api": "ncclCommInitRank", "phase": "START", "comm_id": "abc"},
     ),
+    # RCCL (rocm-5.x → develop) says how much memory the comm took before " - Init COMPLETE".
+    (
+        "rccl",
+        f"comm {C} rank 0 nranks 8 cudaDev 0 busId c1000 commId 0x3f2a9c81d4e5b607 "
+        "localSize 104 used 283115520 bytes - Init COMPLETE",
+        {"rank": 0, "nranks": 8, "bus_id": "c1000", "comm_id": "3f2a9c81d4e5b607"},
+    ),
+    (
+        "rccl-core",
+        f"comm {C} rank 5 nranks 8 cudaDev 5 busId d1000 localSize 104 used 283115520 bytes "
+        "on core 12 - Init COMPLETE",
+        {"rank": 5, "nranks": 8, "phase": "COMPLETE"},
+    ),
 ]
 
 
@@ -1189,7 +1202,10 @@ def test_read_nccl_log_with_only_broken_nccl_lines(tmp_path: Path) -> None:
         read_nccl_log(path)
 
 
-def test_read_nccl_logs_combines_files_and_names_the_bad_one(tmp_path: Path) -> None:
+def test_read_nccl_logs_combines_files_and_skips_one_without_nccl_lines(tmp_path: Path) -> None:
+    """A rank's empty log in a glob of per-rank files cost the others theirs (no output at
+    all); it is skipped and named, and only a set of files none of which holds an NCCL line
+    is an error."""
     a, b, bad = tmp_path / "a.log", tmp_path / "b.log", tmp_path / "bad.log"
     a.write_text(NCCL_PREFIX + coll_body(count=1, dtype=7, nranks=2) + "\n", encoding="utf-8")
     b.write_text(
@@ -1201,9 +1217,19 @@ def test_read_nccl_logs_combines_files_and_names_the_bad_one(tmp_path: Path) -> 
     assert s.call_ops == ["AllReduce", "AllGather"]
     assert s.nranks == 8
     assert s.hosts == (HOST, "h2")
+    assert s.skipped_files == ()
+    both = read_nccl_logs([a, bad, b])
+    assert both.call_ops == ["AllReduce", "AllGather"]
+    assert len(both.skipped_files) == 1
+    assert str(bad) in both.skipped_files[0]
+    assert "no NCCL lines found" in both.skipped_files[0]
+    empty = tmp_path / "empty.log"
+    empty.write_text("", encoding="utf-8")
     with pytest.raises(InputFormatError) as info:
-        read_nccl_logs([a, bad, b])
+        read_nccl_logs([bad, empty])
     assert info.value.path == bad
+    with pytest.raises(InputFormatError, match="directory"):
+        read_nccl_logs([a, tmp_path])  # a file that cannot be read at all is still an error
 
 
 def test_public_names_are_exported() -> None:

@@ -1033,6 +1033,7 @@ def estimate(
         collective_calls=mix.calls if mix is not None else None,
         gather_share=shares[0] if shares else None,
         sparse_share=shares[1] if shares else None,
+        untimed=chosen is None and mix is not None and not bool(np.isfinite(mix.call_times).any()),
     )
     regime = classify_regime(features, idle_bytes_per_s=idle_bytes_per_s)
     step_bytes = _step_bytes(mix, t)

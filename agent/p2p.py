@@ -94,6 +94,8 @@ def _closes(group: list[P2PCall]) -> GroupedAlltoAll | None:
     peers = set(sends)
     if len(peers) != len(sends) or len(recvs) != len(sends) or set(recvs) != peers:
         return None
+    if len(peers) < n - 1:
+        return None  # (and no set of every rank is built for a corrupt line's huge nranks)
     everyone = set(range(n))
     if first.rank is not None:
         complete = peers in (everyone, everyone - {first.rank})

@@ -20,7 +20,9 @@ tests/unit/test_regime.py and tests/integration/test_analyze_scenarios.py):
    ``idle_bytes_per_s`` (random arrivals, at least ``MIN_APERIODIC_BURSTS`` of them in the
    window, so that a training job's first few steps are not called inference), whatever its
    mean (a real service at 1.85 requests/s averaged 4 MB/s in 47 MB/s bursts), or when the
-   NCCL log is dominated by AlltoAll / Send / Recv;
+   NCCL log is dominated by AlltoAll / Send / Recv and its calls' times could have shown a
+   period (a log without timestamps and no counters cannot tell a pipeline-parallel training
+   job's Send/Recv from inference's: **unknown**);
 3. **idle** — none of the above, less than ``idle_bytes_per_s`` on average, no collectives
    in the NCCL log (if any) and no burst that reaches ``idle_bytes_per_s`` (management chatter
    has none; a few such bursts are a job too young to tell: **unknown**);
@@ -86,6 +88,8 @@ class RegimeFeatures:
     collective_calls: int | None = None
     gather_share: float | None = None
     sparse_share: float | None = None
+    #: Nothing says when the traffic moved: an NCCL log without timestamps, and no counters.
+    untimed: bool = False
 
 
 def collective_shares(collectives: Mapping[str, tuple[int, int]]) -> tuple[float, float] | None:
@@ -114,7 +118,7 @@ def classify_regime(f: RegimeFeatures, *, idle_bytes_per_s: float = IDLE_BYTES_P
     if (quiet or f.mean_rate is None) and no_collectives and not high:
         return "idle"
     if f.sparse_share is not None and f.sparse_share >= 0.5:
-        return "inference"
+        return "unknown" if f.untimed else "inference"
     if f.bursty and f.bursts >= MIN_APERIODIC_BURSTS:
         return "inference"
     if quiet and not high:

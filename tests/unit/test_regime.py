@@ -44,6 +44,12 @@ from agent.regime import RegimeFeatures, RegimeGate, classify_regime, collective
         (RegimeFeatures(periodic=False, bursty=True, bursts=40, mean_rate=1e9), "inference"),
         (RegimeFeatures(periodic=False, bursty=True, bursts=3, mean_rate=1e9), "unknown"),
         (RegimeFeatures(periodic=False, mean_rate=1e9, sparse_share=0.8), "inference"),
+        # Send/Recv-heavy calls with nothing to time them (a log without timestamps, no
+        # counters): a pipeline-parallel training job's as much as inference's.
+        (
+            RegimeFeatures(periodic=False, collective_calls=900, sparse_share=0.9, untimed=True),
+            "unknown",
+        ),
         (RegimeFeatures(periodic=False, bursty=False, mean_rate=5e9), "unknown"),
         # A real inference service at 1.85 requests/s: 4 MB/s on average, in 47 MB/s bursts
         # (it was "idle": the mean alone decided).

@@ -420,7 +420,7 @@ def collective_mix(summary: NcclLogSummary, table: CallTable | None = None) -> C
         call_bytes=summary.call_bytes,
         warnings=summary.warn_count,
         version=summary.version,
-        processes=_processes(summary),
+        processes=_logging_ranks(summary),
         # NCCL's default timestamp format has whole seconds: its call times are that coarse.
         time_resolution_s=table.resolution_s,
         call_keys=keys,
@@ -452,6 +452,27 @@ def _processes(summary: NcclLogSummary) -> int:
         per_process[process] = per_process.get(process, 0) + int(calls)
     busiest = max(per_process.values())
     return sum(1 for calls in per_process.values() if calls >= MIN_PROCESS_CALL_SHARE * busiest)
+
+
+def _logging_ranks(summary: NcclLogSummary) -> int:
+    """How many ranks logged the calls: :func:`_processes`, each times the GPUs it drives.
+
+    One process may drive several GPUs, a rank each (``ncclCommInitAll``, JAX, nccl-tests
+    ``-g``): divided by its processes, a 2-GPU process's bytes per step read 2x. A process's
+    GPUs are the distinct devices of its communicators that made calls (a tensor- and a
+    data-parallel comm on one GPU are one rank); 1 when no init line names them.
+    """
+    processes = _processes(summary)
+    if processes == 0 or summary.call_comm_ids.size == 0:
+        return processes
+    per_comm = np.bincount(summary.call_comm_ids, minlength=len(summary.comm_keys))
+    devices: dict[tuple[object, object], set[int]] = {}
+    for key, calls in zip(summary.comm_keys, per_comm.tolist(), strict=True):
+        info = summary.comms.get(key)
+        if calls and info is not None and info.cuda_dev is not None:
+            devices.setdefault((key[0], key[1]), set()).add(info.cuda_dev)
+    extra = sum(len(d) - 1 for d in devices.values() if len(d) > 1)
+    return processes + extra
 
 
 def inspector_json(summary: InspectorSummary) -> dict[str, Any]:
@@ -937,7 +958,8 @@ def analyze_files(
             "nccl_lines": summary.nccl_lines,
             "unparsed_nccl_lines": summary.unparsed_nccl_lines,
             "warn_lines": summary.warn_count,
-            "processes": mix.processes,
+            "processes": _processes(summary),
+            "ranks_logged": mix.processes,
             "timestamps": summary.has_timestamps,
             "networks": list(summary.networks),
             "unknown_ops": dict(summary.unknown_ops),

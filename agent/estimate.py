@@ -22,6 +22,7 @@ from agent.rates import Direction, GridSeries, active_span, spread_slots
 from agent.regime import IDLE_BYTES_PER_S, RegimeFeatures, classify_regime, collective_shares
 from agent.rhythms import two_rhythms
 from agent.separation import DutySplit, best_signal, gpu_windows, split_duty
+from agent.sharding import steps_spanned
 
 __all__ = [
     "CollectiveMix",
@@ -59,6 +60,8 @@ class CollectiveMix:
     call_bytes: FloatArray = field(default_factory=lambda: np.empty(0))
     warnings: int = 0
     version: str | None = None
+    #: Ranks that logged the calls (processes, times the GPUs each drives): the divisor of
+    #: the bytes one rank issues.
     processes: int = 0
     #: 0 when the calls carry NCCL's timestamps; else how coarse their times are (the log
     #: tailer's poll interval: calls stamped when read).
@@ -828,14 +831,15 @@ def _log_period(
 def _step_bytes(mix: CollectiveMix | None, period: float | None) -> float | None:
     """S: collective bytes one rank issues per step (nccl-tests' S summed over its calls).
 
-    Needs timestamps to count the steps the log spans; each process logs its own calls.
+    Needs timestamps to count the steps the log spans (pauses left out); each process logs
+    its own calls.
     """
     if mix is None or period is None or mix.processes < 1:
         return None
     times = mix.call_times[np.isfinite(mix.call_times)]
     if times.size < 2:
         return None
-    steps = round(float(times.max() - times.min()) / period) + 1
+    steps = steps_spanned(times, period, mix.time_resolution_s)
     total = float(np.nansum(mix.call_bytes))
     return total / mix.processes / steps if total > 0 else None
 

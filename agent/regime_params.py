@@ -135,9 +135,15 @@ def sharding_of(
         latency_s, latency_source = DEFAULT_LATENCY_S, "default"
     # Integer codes per call through the keys: tens of thousands of calls, a few hundred keys.
     ops = sorted({k.op for k in table.keys})
-    procs = sorted({k.process for k in table.keys})
+    # Within one communicator each rank is a caller: a process that drives two GPUs is two
+    # (its calls counted as one caller's read 2x the collectives per step).
+    callers = sorted({(k.process, -1 if k.rank is None else k.rank) for k in table.keys})
+    code = {c: i for i, c in enumerate(callers)}
     op_of_key = np.asarray([ops.index(k.op) for k in table.keys] + [-1], dtype=np.int64)
-    proc_of_key = np.asarray([procs.index(k.process) for k in table.keys] + [-1], dtype=np.int64)
+    proc_of_key = np.asarray(
+        [code[(k.process, -1 if k.rank is None else k.rank)] for k in table.keys] + [-1],
+        dtype=np.int64,
+    )
     ids = table.key_ids[rows]
     return sharding_from_codes(
         op_of_key[ids],

@@ -36,6 +36,7 @@ between the ideal 1 and 2, so bucketing noise of ±30 % keeps the verdict.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -50,6 +51,7 @@ __all__ = [
     "DEFAULT_LATENCY_S",
     "MIN_CALLS",
     "MIN_GAPS",
+    "PAUSE_PERIODS",
     "STEP_GAP_FRACTION",
     "ZERO2_RATIO",
     "ZERO3_RATIO",
@@ -60,6 +62,7 @@ __all__ = [
     "layer_gap",
     "sharding_from_codes",
     "sharding_stats",
+    "steps_spanned",
     "zero_stage",
 ]
 
@@ -119,13 +122,37 @@ def zero_stage(allreduce: float, allgather: float, reduce_scatter: float) -> tup
     return "unknown", f"{text}: between ZeRO-2 (1) and ZeRO-3 (2)"
 
 
+#: Calls further apart than this many periods are a pause of the job (start-up, an
+#: evaluation, a checkpoint), not steps.
+PAUSE_PERIODS = 2.0
+
+
+def steps_spanned(times_s: FloatArray, period_s: float, resolution_s: float = 0.0) -> int:
+    """How many steps of ``period_s`` calls at ``times_s`` span, pauses left out.
+
+    Counted over the whole span, a job that made one call at start-up and its steps a minute
+    later, or paused to checkpoint, had its bytes and calls per step divided by the silent
+    steps too (0.14x of the truth after a 60 s start-up). Each run of calls without a gap of
+    ``PAUSE_PERIODS`` periods (and two of the times' ``resolution_s``: whole-second times
+    of 0.45 s steps are a second apart) counts its own span's steps.
+    """
+    t = np.sort(times_s[np.isfinite(times_s)])
+    if t.size == 0 or not (period_s > 0):
+        return 0
+    cuts = np.flatnonzero(np.diff(t) > PAUSE_PERIODS * period_s + 2.0 * resolution_s) + 1
+    starts = np.concatenate(([0], cuts))
+    ends = np.concatenate((cuts, [t.size])) - 1
+    return int(np.sum(np.rint((t[ends] - t[starts]) / period_s)) + starts.size)
+
+
 def calls_per_step(times_s: FloatArray, period_s: float) -> tuple[float | None, int]:
     """(median calls per step, complete steps) of one process's sorted call times.
 
     The window is cut into consecutive periods of length T from the first call; the last,
-    incomplete one is dropped. A period boundary that falls inside a layer train moves a few
-    calls from one window to the next, so the median of the windows, not a mean, is reported
-    (most boundaries fall in the gap between steps when the train is shorter than T).
+    incomplete one is dropped, and so are the empty ones (a pause: every step makes calls).
+    A period boundary that falls inside a layer train moves a few calls from one window to
+    the next, so the median of the windows, not a mean, is reported (most boundaries fall in
+    the gap between steps when the train is shorter than T).
     """
     t = times_s[np.isfinite(times_s)]
     if t.size < 2 or not (period_s > 0):
@@ -136,10 +163,15 @@ def calls_per_step(times_s: FloatArray, period_s: float) -> tuple[float | None, 
         return None, 0
     index = np.floor((t - t[0]) / period_s).astype(np.int64)
     counts = np.bincount(index[index < steps], minlength=steps)
-    return float(np.median(counts)), steps
+    counts = counts[counts > 0]
+    if counts.size == 0:
+        return None, 0
+    return float(np.median(counts)), int(counts.size)
 
 
-def calls_per_step_overall(times_s: FloatArray, period_s: float) -> tuple[float | None, int]:
+def calls_per_step_overall(
+    times_s: FloatArray, period_s: float, resolution_s: float = 0.0
+) -> tuple[float | None, int]:
     """(calls per step, steps) of one process's calls, counted over the whole window.
 
     For coarse times (whole seconds, stamped when read), which cannot cut the window into
@@ -148,7 +180,7 @@ def calls_per_step_overall(times_s: FloatArray, period_s: float) -> tuple[float 
     t = times_s[np.isfinite(times_s)]
     if t.size < 2 or not (period_s > 0):
         return None, 0
-    steps = round(float(t.max() - t.min()) / period_s) + 1
+    steps = steps_spanned(t, period_s, resolution_s)
     return t.size / steps, steps
 
 
@@ -321,7 +353,11 @@ def sharding_from_codes(
     steps_seen = 0
     timed = bool(np.isfinite(times).any())
     coarse = resolution_s > 0
-    per_step_of = calls_per_step_overall if coarse else calls_per_step
+    per_step_of = (
+        functools.partial(calls_per_step_overall, resolution_s=resolution_s)
+        if coarse
+        else calls_per_step
+    )
     for name in names.tolist():
         mine = proc_arr == name
         if t_ok and timed:

@@ -994,6 +994,12 @@ def analyze_files(
         est = replace(est, regime="unknown")  # Inspector records alone say nothing of traffic
     if network and mix is None and not any(np.isfinite(g.rate).any() for g in network.values()):
         est = replace(est, regime="unknown")  # no byte known (saturated counters): no idle host
+    if summary is not None and summary.wrong_fractions:
+        note = (
+            "NCCL 2.26.2 prints wrong fractions of a second in its timestamps (fixed in "
+            "2.26.3): the calls were timed to the whole second"
+        )
+        est = replace(est, warnings=(*est.warnings, note))
     if summary is not None and summary.skipped_files:
         est = replace(
             est,

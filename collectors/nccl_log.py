@@ -1072,6 +1072,8 @@ class NcclLogSummary:
     ray_folded_calls: int = 0
     #: Files given beside others that held no NCCL line, each with the reason (skipped).
     skipped_files: tuple[str, ...] = ()
+    #: NCCL 2.26.2 printed wrong fractions of a second: the call times were cut to seconds.
+    wrong_fractions: bool = False
 
     @property
     def call_ops(self) -> list[str]:
@@ -1651,6 +1653,9 @@ class NcclLogAccumulator:
         keys = tuple(self._comm_index)
         if bool((times < UNDATED_LIMIT).any()):  # stamps without a date: count the days
             times = UndatedClock().unwrap(times, [keys[c][:2] for c in call_comm.tolist()])
+        fraction_bug = _wrong_fractions(self._version, times)
+        if fraction_bug:
+            times = np.floor(times)
         comms = {
             key: CommInfo(
                 host=key[0],
@@ -1694,6 +1699,7 @@ class NcclLogAccumulator:
             overlong_lines=self._overlong,
             ray_folded_lines=self._ray_lines,
             ray_folded_calls=self._ray_calls,
+            wrong_fractions=fraction_bug,
             unknown_ops={op: counts[op] for op in names if op not in KNOWN_OPS},
             unknown_datatype_calls=unknown_dtype,
             hosts=tuple(self._hosts),
@@ -1890,6 +1896,20 @@ def _iter_lines(path: Path, max_line_bytes: int) -> Iterator[bytes | None]:
             yield None
         elif pending and not cut:  # (a line cut with its stream could read as a shorter S)
             yield bytes(pending.removesuffix(b"\r"))
+
+
+def _wrong_fractions(version: str | None, times: _F64) -> bool:
+    """Whether the call times carry NCCL 2.26.2's wrong fractions of a second.
+
+    2.26.2, the first release with timestamps, printed the ``%Nf`` fraction as
+    ``tv_nsec / (1000000 / 10^N)`` cut to N digits (``src/debug.cc @ v2.26.2-1``; fixed in
+    2.26.3): any time under 0.1 s past the second read 10x or 100x too far into it, and
+    0.5 s steps read 5 s. Only the whole seconds can be trusted.
+    """
+    if version is None or version.split("+", 1)[0] != "2.26.2":
+        return False
+    finite = times[np.isfinite(times)]
+    return bool(finite.size) and bool((finite != np.floor(finite)).any())
 
 
 class NoNcclLinesError(InputFormatError):

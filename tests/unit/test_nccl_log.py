@@ -1347,3 +1347,21 @@ def test_nccl_2_4_2_allocation_lines_join_each_comm_to_its_rank(tmp_path: Path) 
         NCCL_PREFIX + "comm 0x1 rank 0 nRanks 2 nNodes 1 localRanks 2 localRank 0 MNNVL 0"
     )
     assert not isinstance(topo, InitLine)
+
+
+@pytest.mark.parametrize(
+    ("version", "wrong"), [("2.26.2+cuda12.2", True), ("2.26.3+cuda12.2", False)]
+)
+def test_nccl_2_26_2s_wrong_fractions_of_a_second_are_cut_to_the_second(
+    tmp_path: Path, version: str, wrong: bool
+) -> None:
+    """2.26.2 printed 0.03 s past the second as .3: only its whole seconds are kept."""
+    lines = [f"{HOST}:1:1 [0] NCCL INFO NCCL version {version}"]
+    for k, frac in enumerate(("300000", "120000", "950000")):
+        lines.append(f"[2026-05-05 06:16:4{k}.{frac}] " + NCCL_PREFIX + coll_body(count=1, dtype=7))
+    path = tmp_path / "nccl.log"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    s = read_nccl_log(path)
+    assert s.wrong_fractions is wrong
+    fractions = s.call_times_s - np.floor(s.call_times_s)
+    assert bool((fractions == 0).all()) is wrong

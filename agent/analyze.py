@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from agent.call_sequence import call_kinds, process_codes
+from agent.call_sequence import call_kinds, clumped_resolution, process_codes
 from agent.errors import InputFormatError
 from agent.estimate import (
     CollectiveMix,
@@ -949,6 +949,9 @@ def analyze_files(
     if nccl_logs:
         summary = read_nccl_logs(nccl_logs)
         table = call_table(summary)
+        table, clump_note = _unclumped(table)
+        if clump_note is not None:
+            input_notes.append(clump_note)
         mix = collective_mix(summary, table)
         sources["nccl_log"] = [str(p) for p in nccl_logs]
         extra["nccl"] = {
@@ -1089,6 +1092,28 @@ def call_table(summary: NcclLogSummary) -> CallTable:
         keys=tuple(keys),
         resolution_s=stamp_resolution(summary.call_times_s),
     )
+
+
+def _unclumped(table: CallTable) -> tuple[CallTable, str | None]:
+    """The call table with the real resolution of times its lines got in blocks, and a note.
+
+    See :func:`agent.call_sequence.clumped_resolution`: such times are as coarse as the
+    blocks are apart, and T comes from the calls' order.
+    """
+    if table.times.size == 0 or table.resolution_s > 0:
+        return table, None
+    ids = table.key_ids.astype(np.int64)
+    processes = process_codes(k.process for k in table.keys)[ids]
+    res = clumped_resolution(table.times, processes, call_kinds(ids, table.nbytes))
+    if res <= 0:
+        return table, None
+    note = (
+        f"the NCCL lines were timed in blocks about {res:.3g} s apart, many lines at one time "
+        "(NCCL 2.13-2.26 buffer a log written to a pipe, and kubectl/docker time lines as they "
+        "arrive): the calls were timed by their order; set NCCL_DEBUG_FILE, or "
+        "NCCL_DEBUG_TIMESTAMP_LEVELS=WARN,INFO with a fraction in NCCL_DEBUG_TIMESTAMP_FORMAT"
+    )
+    return replace(table, resolution_s=res), note
 
 
 def _inspector_latency(inspected: InspectorSummary | None) -> float | None:

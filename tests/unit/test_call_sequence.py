@@ -338,3 +338,67 @@ def test_a_metrics_call_every_fifth_step_does_not_overrule_the_binned_step(
     est = analyze_files(nccl_logs=[log]).estimate
     assert est.period_s == pytest.approx(0.45, rel=0.01)
     assert not any("a call comes once every" in w for w in est.warnings)
+
+
+def _kubectl_log(path: Path, *, buffered: bool, grouped: bool = False) -> Path:
+    """Two ranks' COLL lines behind ``kubectl logs --timestamps`` stamps, 0.5 s steps.
+
+    ``buffered``: NCCL 2.13-2.26 write stdout to a pipe in 4 KiB blocks, so each block of ~20
+    lines gets one arrival time. ``grouped``: each step is an all-to-all issued as one group
+    of Send/Recv within microseconds (a clump that the job itself makes), then an AllReduce.
+    """
+    rng = np.random.default_rng(5)
+    lines: list[str] = []
+    for r in range(2):
+        t, op, block = 0.3, 0, []
+        times: list[float] = []
+        texts: list[str] = []
+        for _ in range(200):
+            if grouped:
+                calls = [("Send", 1_000_000, p) for p in range(1, 8)]
+                calls += [("Recv", 1_000_000, p) for p in range(1, 8)]
+                calls += [("AllReduce", 4_000_000, 0)]
+                at = [1e-6 * i for i in range(14)] + [0.4]
+            else:
+                calls = [("AllReduce", 6_553_600, 0), ("AllReduce", 6_553_600, 0),
+                         ("AllReduce", 1_200_000, 0)]  # fmt: skip
+                at = [0.30, 0.35, 0.45]
+            for (name, count, peer), dt_s in zip(calls, at, strict=True):
+                times.append(t + dt_s)
+                texts.append(
+                    f"node1:{40 + r}:{40 + r} [{r}] NCCL INFO {name}: opCount {op:x} sendbuff "
+                    f"0x1 recvbuff 0x2 count {count} datatype 7 op 0 root {peer} comm 0x3{r} "
+                    "[nranks=8] stream 0x4"
+                )
+                op += 1
+            t += 0.5 * (1.0 + 0.02 * rng.uniform(-1.0, 1.0))
+        for i, text in enumerate(texts):
+            block.append(text)
+            if not buffered or len(block) == 22 or i == len(texts) - 1:
+                when = times[i] + (0.002 if buffered else 0.0005)
+                for j, b in enumerate(block):
+                    stamp = (START + dt.timedelta(seconds=when + 1e-6 * j)).strftime(
+                        "%Y-%m-%dT%H:%M:%S.%fZ "
+                    )
+                    lines.append(stamp + b)
+                block = []
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_lines_timed_in_4_kib_blocks_are_timed_by_their_order(tmp_path: Path) -> None:
+    """The blocks' times, 3.5 s apart, read as an 11 s period at confidence 0.94."""
+    log = _kubectl_log(tmp_path / "pod.log", buffered=True)
+    est = analyze_files(nccl_logs=[log]).estimate
+    assert est.period_s == pytest.approx(0.5, rel=0.02)
+    assert any("timed in blocks" in w for w in est.warnings)
+
+
+@pytest.mark.parametrize("grouped", [False, True])
+def test_lines_timed_one_by_one_are_not_taken_for_blocks(tmp_path: Path, grouped: bool) -> None:
+    """Neither line-buffered lines nor a job's own groups of calls issued within microseconds
+    (a grouped all-to-all: its clumps start with the same Send every step)."""
+    log = _kubectl_log(tmp_path / "pod.log", buffered=False, grouped=grouped)
+    est = analyze_files(nccl_logs=[log]).estimate
+    assert est.period_s == pytest.approx(0.5, rel=0.02)
+    assert not any("timed in blocks" in w for w in est.warnings)

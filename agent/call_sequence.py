@@ -303,11 +303,14 @@ CLUMP_S = 1e-3
 #: ... and lines that arrive in clumps this large, median, were buffered before they were
 #: timed, when ...
 MIN_CLUMP_CALLS = 8
-#: ... most calls sit in such clumps, and the clumps start with each kind of call about as
-#: often as it is called (a group of calls the job issues together starts with its own first
-#: call every time): by at most this much more.
+#: ... most calls sit in such clumps, and the clumps start (and the ones before them end)
+#: with each kind of call about as often as it is called (a group of calls the job issues
+#: together starts with its own first call every time): by at most this much more. Calls of
+#: one kind, or nearly (each other kind under ``MIN_KIND_SHARE``), cannot show it, and their
+#: order gives no T anyway: they are left alone.
 MIN_CLUMPED_SHARE = 0.8
 MAX_ALIGNED_EXCESS = 0.3
+MIN_KIND_SHARE = 0.05
 
 
 def clumped_resolution(times: FloatArray, processes: IntArray, kinds: IntArray) -> float:
@@ -324,6 +327,7 @@ def clumped_resolution(times: FloatArray, processes: IntArray, kinds: IntArray) 
     gaps: list[float] = []
     sizes: list[int] = []
     starts: list[int] = []
+    ends: list[int] = []
     called: list[int] = []
     clumped = total = 0
     for proc in np.unique(processes).tolist():
@@ -341,6 +345,7 @@ def clumped_resolution(times: FloatArray, processes: IntArray, kinds: IntArray) 
         clumped += int(size[size >= MIN_CLUMP_CALLS // 2].sum())
         sizes += size.tolist()
         starts += k[first].tolist()
+        ends += k[breaks - 1].tolist()
         called += k.tolist()
         gaps += d[breaks - 1].tolist()
     if not sizes or total == 0 or float(np.median(sizes)) < MIN_CLUMP_CALLS:
@@ -348,7 +353,10 @@ def clumped_resolution(times: FloatArray, processes: IntArray, kinds: IntArray) 
     if clumped < MIN_CLUMPED_SHARE * total or len(gaps) < 4:
         return 0.0
     n = int(max(starts + called)) + 1
-    excess = np.bincount(starts, minlength=n) / len(starts) - np.bincount(
-        called, minlength=n
-    ) / len(called)
-    return float(np.median(gaps)) if float(excess.max()) <= MAX_ALIGNED_EXCESS else 0.0
+    share = np.bincount(called, minlength=n) / len(called)
+    if int(np.count_nonzero(share >= MIN_KIND_SHARE)) < 2:
+        return 0.0
+    for edge in (starts, ends):
+        if float((np.bincount(edge, minlength=n) / len(edge) - share).max()) > MAX_ALIGNED_EXCESS:
+            return 0.0
+    return float(np.median(gaps))

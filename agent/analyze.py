@@ -1104,7 +1104,7 @@ def _unclumped(table: CallTable) -> tuple[CallTable, str | None]:
         return table, None
     ids = table.key_ids.astype(np.int64)
     processes = process_codes(k.process for k in table.keys)[ids]
-    res = clumped_resolution(table.times, processes, call_kinds(ids, table.nbytes))
+    res = clumped_resolution(table.times, processes, call_kinds(ids, table.nbytes), ids)
     if res <= 0:
         return table, None
     note = (

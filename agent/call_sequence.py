@@ -301,62 +301,58 @@ def sequence_step(
 #: Calls whose times lie within this of the previous call's came in one write (a clump) ...
 CLUMP_S = 1e-3
 #: ... and lines that arrive in clumps this large, median, were buffered before they were
-#: timed, when ...
+#: timed, when most calls sit in such clumps ...
 MIN_CLUMP_CALLS = 8
-#: ... most calls sit in such clumps, and the clumps start (and the ones before them end)
-#: with each kind of call about as often as it is called (a group of calls the job issues
-#: together starts with its own first call every time): by at most this much more. Calls of
-#: one kind, or nearly (each other kind under ``MIN_KIND_SHARE``), cannot show it, and their
-#: order gives no T anyway: they are left alone.
 MIN_CLUMPED_SHARE = 0.8
-MAX_ALIGNED_EXCESS = 0.3
-MIN_KIND_SHARE = 0.05
+#: ... and a clump holds this many steps or more, median (a job's own group of calls, issued
+#: within microseconds, is at most one step's).
+MIN_CLUMP_STEPS = 2.0
 
 
-def clumped_resolution(times: FloatArray, processes: IntArray, kinds: IntArray) -> float:
+def clumped_resolution(
+    times: FloatArray, processes: IntArray, kinds: IntArray, keys: IntArray
+) -> float:
     """How coarse the calls' times really are when their lines were timed in blocks (else 0).
 
     NCCL 2.13-2.26 write their log to stdout fully buffered when it is a pipe: a collector
     that stamps lines as they arrive (``kubectl logs --timestamps``, docker, journald) gives
     every line of a 4 KiB block one time, blocks seconds apart, and the blocks' rhythm read as
-    T (0.5 s steps: 11 s, confidence 0.94). Such clumps cut the call order anywhere, while a
-    job's own bursts of calls (a grouped all-to-all) start with the same call each time. The
-    median time between a process's clumps is returned: times that coarse are timed by the
-    calls' order (:func:`sequence_step`).
+    T (0.5 s steps: 11 s, confidence 0.94). A block holds several steps: the call that marks
+    a process's steps (:func:`step_markers`) comes several times in one clump, while a job's
+    own burst of calls (a grouped all-to-all, a layer train within a millisecond) holds one
+    step's at most. The median time between a process's clumps is returned: times that coarse
+    are timed by the calls' order (:func:`sequence_step`). Calls with no marker (one kind of
+    call) give 0: their order times nothing.
     """
     gaps: list[float] = []
     sizes: list[int] = []
-    starts: list[int] = []
-    ends: list[int] = []
-    called: list[int] = []
+    steps: list[float] = []  # per process: the marker's median count per clump
+    weights: list[int] = []
     clumped = total = 0
     for proc in np.unique(processes).tolist():
         mine = np.flatnonzero(processes == proc)
         t = times[mine]
         ok = np.isfinite(t)
-        t, k = t[ok], kinds[mine][ok]
+        t, k, key = t[ok], kinds[mine][ok], keys[mine][ok]
         if t.size < 2 * MIN_CLUMP_CALLS:
             continue
         d = np.diff(t)
         breaks = np.flatnonzero(d > CLUMP_S) + 1
-        first = np.concatenate(([0], breaks))
-        size = np.diff(np.concatenate((first, [t.size])))
+        size = np.diff(np.concatenate(([0], breaks, [t.size])))
         total += t.size
         clumped += int(size[size >= MIN_CLUMP_CALLS // 2].sum())
         sizes += size.tolist()
-        starts += k[first].tolist()
-        ends += k[breaks - 1].tolist()
-        called += k.tolist()
         gaps += d[breaks - 1].tolist()
-    if not sizes or total == 0 or float(np.median(sizes)) < MIN_CLUMP_CALLS:
+        markers = step_markers(k, key)
+        if breaks.size >= 2 and markers:
+            clump = np.cumsum(np.isin(np.arange(t.size), breaks))
+            per_clump = np.bincount(clump[k == markers[0][0]], minlength=breaks.size + 1)
+            steps.append(float(np.median(per_clump)))
+            weights.append(int(breaks.size))
+    if not weights or sum(weights) < 4 or float(np.median(sizes)) < MIN_CLUMP_CALLS:
         return 0.0
-    if clumped < MIN_CLUMPED_SHARE * total or len(gaps) < 4:
+    if clumped < MIN_CLUMPED_SHARE * total:
         return 0.0
-    n = int(max(starts + called)) + 1
-    share = np.bincount(called, minlength=n) / len(called)
-    if int(np.count_nonzero(share >= MIN_KIND_SHARE)) < 2:
-        return 0.0
-    for edge in (starts, ends):
-        if float((np.bincount(edge, minlength=n) / len(edge) - share).max()) > MAX_ALIGNED_EXCESS:
-            return 0.0
+    if float(np.average(steps, weights=weights)) < MIN_CLUMP_STEPS:
+        return 0.0  # clumps of one step at most: the job's own bursts of calls
     return float(np.median(gaps))

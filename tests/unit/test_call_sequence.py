@@ -404,16 +404,16 @@ def test_lines_timed_one_by_one_are_not_taken_for_blocks(tmp_path: Path, grouped
     assert not any("timed in blocks" in w for w in est.warnings)
 
 
-def test_a_jobs_own_train_of_like_calls_is_no_block_of_lines() -> None:
-    """Each step 10 AllGathers within a millisecond, then two ReduceScatters: clumps of 12
-    that start with the commonest call (as random cuts would), but always end with the other.
-    The same calls cut into blocks of 22 lines, each timed at its last line, are blocks."""
-    step = np.concatenate((np.arange(10) * 2e-5, [0.001, 0.00102]))
+def test_a_jobs_own_train_of_calls_is_no_block_of_lines() -> None:
+    """Each step 10 AllGathers and a ReduceScatter within a millisecond: clumps of one step,
+    which the job makes. The same calls cut into blocks of 40 lines, each timed at its last
+    line, hold 3-4 steps a block: blocks, as coarse as they are apart."""
+    step = np.arange(11) * 5e-5
     times = np.concatenate([0.5 * k + step for k in range(100)])
-    kinds = np.tile(np.array([0] * 10 + [1, 1], dtype=np.int64), 100)
+    kinds = np.tile(np.array([0] * 10 + [1], dtype=np.int64), 100)
     one = np.zeros(times.size, dtype=np.int64)
-    assert clumped_resolution(times, one, kinds) == 0.0
-    block = np.arange(times.size) // 22
+    assert clumped_resolution(times, one, kinds, kinds) == 0.0
+    block = np.arange(times.size) // 40
     last = np.array([times[block == b].max() for b in range(int(block.max()) + 1)])
-    blocked = last[block] + 1e-6 * (np.arange(times.size) % 22)
-    assert clumped_resolution(blocked, one, kinds) == pytest.approx(22 / 12 * 0.5, rel=0.3)
+    blocked = last[block] + 1e-6 * (np.arange(times.size) % 40)
+    assert clumped_resolution(blocked, one, kinds, kinds) == pytest.approx(40 / 11 * 0.5, rel=0.3)

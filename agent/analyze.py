@@ -372,9 +372,9 @@ def _without_saturated(
 
     InfiniBand's 32-bit data counters saturate rather than wrap: a column that reads exactly
     2^32-1 twice or more has stopped counting, and its differences (0) would read as a link
-    gone quiet, halving B on a two-rail host. Its reads from the first stuck one on are left
-    out (no bytes known), so the intervals from then on are unknown, not zero, until a read
-    off the ceiling (the counters cleared) starts the column again.
+    gone quiet, halving B on a two-rail host. Its stuck reads are left out (no bytes known),
+    so the intervals from the first of them on are unknown, not zero, until a read off the
+    ceiling (the counters cleared) starts the column again.
     """
     stuck: list[tuple[str, float]] = []
     for name, mask in present.items():
@@ -703,21 +703,24 @@ def _step_parts(
     pieces = [estimate(part(int(a), int(b))) for a, b in itertools.pairwise(cuts)]
     periods = [p.period_s for p in pieces]
     runs = [(i, j) for i, j in _runs(periods) if sum(p is not None for p in periods[i:j]) >= 2]
-    unchanged = _burst_parts(pieces, cuts, part, grid.dt, inputs, est)
+
+    def unchanged() -> tuple[EstimateInputs, Estimate]:  # the step time: then the bursts?
+        return _burst_parts(pieces, cuts, part, grid.dt, inputs, est)
+
     if len(runs) < 2:
-        return unchanged
+        return unchanged()
     found = []
     for i, j in runs:
         sub = part(int(cuts[i]), int(cuts[j]))
         got = estimate(sub)
         if got.period_s is None:
-            return unchanged
+            return unchanged()
         found.append((int(cuts[i]), int(cuts[j]), sub, got))
     steps = [f[3].period_s or 0.0 for f in found]
     if all(
         abs(b / a - 1.0) <= JOB_PERIODS_DIFFER for a, b in itertools.pairwise(steps)
     ):  # neighbouring runs of one period: no change, only pieces without a period between
-        return unchanged
+        return unchanged()
     a, b, sub, newest = found[-1]
     dt = grid.dt
     listed = ", ".join(f"{f[0] * dt:.0f}-{f[1] * dt:.0f} s: T {f[3].period_s:.4g} s" for f in found)

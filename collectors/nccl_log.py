@@ -185,9 +185,10 @@ _PTR = r"\(nil\)|0x[0-9a-f]+"  # glibc %p: "0x" + lower-case hex, "(nil)" for NU
 # blocks: "stream 0x55825-03-01 12:00:15.001000] host:...") must not read as year 5825.
 _TS_SECOND = r"(?<!\d)\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d"
 _TS_ZONE = r"(?:Z|[+-]\d\d:?\d\d)?"
-_TS = r"(?:\[?(?P<ts>" + _TS_SECOND + r"(?:[.,]\d+)?)" + _TS_ZONE + r"\]? )?"
+_TS = r"(?:\[?(?P<ts>" + _TS_SECOND + r"(?:[.,]\d+)?)" + _TS_ZONE + r"(?:\] ?| ))?"
+# (A custom NCCL_DEBUG_TIMESTAMP_FORMAT may end in the bracket, with no blank before the host.)
 # The same with the second and its fraction as two unnamed groups (the fast paths).
-_TS_FAST = r"(?:\[?(" + _TS_SECOND + r")(?:[.,](\d+))?" + _TS_ZONE + r"\]? )?"
+_TS_FAST = r"(?:\[?(" + _TS_SECOND + r")(?:[.,](\d+))?" + _TS_ZONE + r"(?:\] ?| ))?"
 # Such a timestamp at the very start of a line, with a launcher tag between it and NCCL's
 # prefix ("2025-07-17T13:14:16.1Z [rank0]:host:..."): the record's time when it has no other.
 _LEAD_TS_RE: Final = _rx(r"\[?(" + _TS_SECOND + r"(?:[.,]\d{1,9})?)" + _TS_ZONE + r"\]?[ \t]")
@@ -624,12 +625,26 @@ def _lead_stamp(line: str) -> str | None:
     return m[1] if m is not None else None
 
 
+# A launcher's tag at the start of a line, before a stamp of NCCL's custom format: torchrun's
+# "[rank0]:" / "[default0]:", srun -l's "0: ", OpenMPI's "[1,0]<stdout>:".
+_LAUNCHER_TAG_RE: Final = _rx(r"(?:\[[\w.,-]{1,32}\](?:<std(?:out|err)>)?:|\d{1,6}: ) ?")
+
+
 def _line_time(line: str) -> float | None:
-    """The time of a timestamp that starts the line, if any (see also :mod:`.nccl_stamps`)."""
+    """The time of a timestamp that starts the line, if any (see also :mod:`.nccl_stamps`).
+
+    Also after a launcher's tag: NCCL prints its stamp (a custom format: time of day, epoch
+    seconds) before its own prefix, and the launcher puts its tag before both.
+    """
     stamp = _lead_stamp(line)
     if stamp is not None:
         return parse_timestamp(stamp)
-    return other_lead_time(line)
+    t = other_lead_time(line)
+    if t is None and (m := _LAUNCHER_TAG_RE.match(line)) is not None:
+        rest = line[m.end() :]
+        stamp = _lead_stamp(rest)
+        t = parse_timestamp(stamp) if stamp is not None else other_lead_time(rest)
+    return t
 
 
 def _finer_lead(line: str) -> float | None:

@@ -1365,3 +1365,24 @@ def test_nccl_2_26_2s_wrong_fractions_of_a_second_are_cut_to_the_second(
     assert s.wrong_fractions is wrong
     fractions = s.call_times_s - np.floor(s.call_times_s)
     assert bool((fractions == 0).all()) is wrong
+
+
+@pytest.mark.parametrize(
+    ("head", "expected"),
+    [
+        ("[rank0]:[06:16:47.500000] ", 6 * 3600 + 16 * 60 + 47.5),  # time of day, torchrun
+        ("[default3]:[06:16:47.500000] ", 6 * 3600 + 16 * 60 + 47.5),
+        ("0: 1767225600.000100 ", 1767225600.0001),  # epoch seconds behind srun -l
+        ("[1,0]<stdout>:1767225600.000100 ", 1767225600.0001),  # OpenMPI
+        ("[2026-05-05 06:16:47.500000]", _T0 + 0.5),  # a custom format ending in "]"
+    ],
+    ids=["tod-torchrun", "tod-default", "epoch-srun", "epoch-openmpi", "no-blank"],
+)
+def test_custom_stamps_behind_a_launcher_tag_or_before_the_host_without_a_blank(
+    head: str, expected: float
+) -> None:
+    """NCCL prints its (custom) stamp before its prefix and the launcher its tag before both:
+    such lines got no time, and a log of them no period."""
+    event = parse_line(head + NCCL_PREFIX + coll_body(count=1, dtype=7))
+    assert isinstance(event, CollLine)
+    assert event.timestamp_s == pytest.approx(expected, abs=1e-6)

@@ -609,9 +609,35 @@ def log_series(mix: CollectiveMix) -> tuple[FloatArray, float, float] | None:
         weights = np.ones(times.size)
     else:
         weights = weights[order]
+    keep = _without_stray_ends(times)
+    times, weights = times[keep], weights[keep]
     if times[-1] - times[0] <= 0:
         return None
     return _events_series(times, weights, mix.time_resolution_s)
+
+
+#: Most calls, as a share, that :func:`_without_stray_ends` may drop at each end.
+STRAY_SHARE = 0.01
+
+
+def _without_stray_ends(times: FloatArray) -> slice:
+    """The sorted times without a few strays at either end, far from all the others.
+
+    One line with a wrong year (a clock set wrong, a stamp cut and glued) stretched the
+    binned span to years, and a 0.5 s job's period was lost. A first (last) call further from
+    the next (previous) one than all the calls after (before) it span is a stray; at most
+    ``STRAY_SHARE`` of the calls, and one at least, go at each end.
+    """
+    n = times.size
+    most = max(1, int(STRAY_SHARE * n))
+    lo, hi = 0, n
+    while lo < most and hi - lo > 3 and times[lo + 1] - times[lo] > times[hi - 1] - times[lo + 1]:
+        lo += 1
+    while (
+        n - hi < most and hi - lo > 3 and times[hi - 1] - times[hi - 2] > times[hi - 2] - times[lo]
+    ):
+        hi -= 1
+    return slice(lo, hi)
 
 
 def log_grid(mix: CollectiveMix, dt: float, *, end: float) -> GridSeries | None:

@@ -67,3 +67,14 @@ def test_a_process_that_drives_two_gpus_is_two_ranks(tmp_path: Path) -> None:
     assert result.extra["nccl"]["processes"] == 1
     assert result.extra["nccl"]["ranks_logged"] == 2
     assert result.extra["sharding"]["collectives_per_step"] == pytest.approx(1.0)
+
+
+def test_one_line_with_a_wrong_year_does_not_cost_the_period(tmp_path: Path) -> None:
+    """The stray stretched the binned span to four years: no period."""
+    lines = [_line(0.5 * k, 0, "0x1", k, rank_n=8) for k in range(80)]
+    stray = _line(0.0, 0, "0x1", 80, rank_n=8).replace("[2026-", "[2030-")
+    path = tmp_path / "job.log"
+    path.write_text("\n".join([*lines[:40], stray, *lines[40:]]) + "\n")
+    est = analyze_files(nccl_logs=[path]).estimate
+    assert est.period_s == pytest.approx(0.5, rel=0.01)
+    assert est.collectives["AllReduce"] == (81, 81 * 2**20)  # the stray call still counts

@@ -185,7 +185,40 @@ def _byte_columns(names: Sequence[str]) -> tuple[list[str], dict[str, float], li
             f"{', '.join(aimless)}"
         )
     kept, twice = _counted_once(kept)
-    return kept, scale, notes + twice
+    kept, port = _port_totals(kept)
+    return kept, scale, notes + twice + port
+
+
+def _head(name: str) -> str:
+    """A column name's words before its last direction word (its device: ``eth0``, or none)."""
+    words = column_words(name)
+    way = [i for i, w in enumerate(words) if w in ("tx", "rx", "xmit", "rcv")]
+    return "_".join(words[: way[-1]]) if way else ""
+
+
+def _port_totals(names: list[str]) -> tuple[list[str], list[str]]:
+    """The columns without those a port's ``_phy`` counter already counts, and a note.
+
+    An ``ethtool -S`` dump of an mlx5 port holds ``rx_bytes_phy`` (every byte on the wire),
+    ``rx_bytes`` (the kernel's share), ``rx_prioN_bytes`` and ``rx_vport_rdma_unicast_bytes``
+    (RoCE): parts of the first, summed with it B came out 3x. Beside a ``phy`` column of the
+    same device and direction, the others are left out.
+    """
+    ports = {(_head(n), column_direction(n)) for n in names if "phy" in column_words(n)}
+    if not ports:
+        return names, []
+    parts = [
+        n
+        for n in names
+        if "phy" not in column_words(n) and (_head(n), column_direction(n)) in ports
+    ]
+    if not parts:
+        return names, []
+    note = (
+        "left out byte counters that count part of a port's traffic beside its _phy counter, "
+        f"which counts all of it: {', '.join(parts)}"
+    )
+    return [n for n in names if n not in parts], [note]
 
 
 def _device(column: str) -> str:

@@ -161,3 +161,24 @@ def test_a_lower_tier_of_the_steps_bursts_is_not_taken_for_background(
     assert est.background_bandwidth == pytest.approx(0.0, abs=0.01 * 20e9)
     # D by bytes: the step's bytes at B over T.
     assert est.duty_cycle == pytest.approx(step_bytes / 20e9 / 1.5, abs=0.01)
+
+
+def test_an_ethtool_dump_counts_a_ports_bytes_once(tmp_path: Path) -> None:
+    """``ethtool -S`` of an mlx5 port: the _phy counter counts every byte, the kernel's, the
+    priority's and RoCE's counters count parts of them. Summed, B read 3x. A second NIC
+    without a _phy counter still counts."""
+    roce = _counter(_rate(1.0, 0.3, 120.0, 10e9))
+    other = _counter(_rate(1.0, 0.3, 120.0, 1e9, seed=4), base=10**10)
+    small = (10**9 + np.arange(roce.size) * 10**4).tolist()
+    cols: dict[str, list[object]] = {
+        "eth0_tx_bytes": small,
+        "eth0_tx_bytes_phy": (roce + np.asarray(small)).tolist(),
+        "eth0_tx_prio3_bytes": roce.tolist(),
+        "eth0_tx_vport_rdma_unicast_bytes": roce.tolist(),
+        "eth1_tx_bytes": other.tolist(),
+    }
+    est = analyze_files(counters=[_write(tmp_path / "ethtool.csv", cols)]).estimate
+    assert est.burst_bandwidth == pytest.approx(11e9, rel=0.03)
+    note = next(w for w in est.warnings if "_phy counter" in w)
+    assert "eth0_tx_prio3_bytes" in note
+    assert "eth1_tx_bytes" not in note

@@ -127,8 +127,12 @@ def _combine_grids(parts: list[dict[Direction, GridSeries]]) -> dict[Direction, 
 #: Polls this far apart or more get a note: a period of seconds is barely seen, and a time
 #: column in milliseconds read as seconds looks like this.
 SLOW_POLL_S = 0.5
-#: More counter resets than this share of the reads: the columns are not cumulative.
-NOT_CUMULATIVE_RESETS = 0.05
+#: More counter resets than this share of the reads, and at least ``MIN_RATE_RESETS``: the
+#: columns are not cumulative. A square wave of rates "resets" once a period (2 % of the reads
+#: at 50 polls a period, which passed a 5 % bar), while a real counter resets when a driver
+#: reloads: not ten times in one recording.
+NOT_CUMULATIVE_RESETS = 0.005
+MIN_RATE_RESETS = 10
 #: Words of column names that count something other than bytes (packets, errors, ticks of
 #: InfiniBand's port_xmit_wait): summed as bytes they inflate B.
 _NOT_BYTES = frozenset({"packets", "packet", "pkts", "pkt", "errors", "errs", "error", "drop",
@@ -310,7 +314,7 @@ def _counters(paths: Sequence[Path]) -> tuple[dict[Direction, GridSeries], float
         except ValueError as exc:
             raise InputFormatError(path, str(exc)) from None
     resets = sum(g.resets for gs in grids for g in gs.values())
-    if resets > NOT_CUMULATIVE_RESETS * reads:
+    if resets >= MIN_RATE_RESETS and resets > NOT_CUMULATIVE_RESETS * reads:
         notes.append(
             f"{resets} counter resets in {reads} reads: the values look like rates or "
             "per-interval counts, not the cumulative counters a counters CSV holds"

@@ -182,3 +182,22 @@ def test_an_ethtool_dump_counts_a_ports_bytes_once(tmp_path: Path) -> None:
     note = next(w for w in est.warnings if "_phy counter" in w)
     assert "eth0_tx_prio3_bytes" in note
     assert "eth1_tx_bytes" not in note
+
+
+def test_per_interval_bytes_are_said_to_look_like_rates(tmp_path: Path) -> None:
+    """A column of bytes per poll, not a cumulative counter: it "resets" once a step, 1 % of
+    the reads here, which passed the 5 % bar without a word."""
+    per_poll = (_rate(1.0, 0.3, 120.0, 10e9) / FS).astype(np.int64).tolist()
+    path = _write(tmp_path / "rates.csv", {"eth0_tx_bytes": [0, *per_poll]})
+    est = analyze_files(counters=[path]).estimate
+    assert any("look like rates" in w for w in est.warnings)
+
+
+def test_two_driver_reloads_are_not_rates(tmp_path: Path) -> None:
+    cum = _counter(_rate(1.0, 0.3, 120.0, 10e9))
+    cum[4000:] -= cum[4000] - 5_000
+    cum[8000:] -= cum[8000] - 7_000
+    path = _write(tmp_path / "c.csv", {"eth0_tx_bytes": cum.tolist()})
+    est = analyze_files(counters=[path]).estimate
+    assert est.burst_bandwidth == pytest.approx(10e9, rel=0.02)
+    assert not any("look like rates" in w for w in est.warnings)

@@ -1350,21 +1350,33 @@ def test_nccl_2_4_2_allocation_lines_join_each_comm_to_its_rank(tmp_path: Path) 
 
 
 @pytest.mark.parametrize(
-    ("version", "wrong"), [("2.26.2+cuda12.2", True), ("2.26.3+cuda12.2", False)]
+    ("version", "fractions", "wrong"),
+    [
+        ("2.26.2+cuda12.2", "broken", True),
+        ("2.26.3+cuda12.2", "broken", False),
+        ("2.26.2+cuda12.2", "true", False),  # kubectl's stamps before the whole-second default
+    ],
 )
 def test_nccl_2_26_2s_wrong_fractions_of_a_second_are_cut_to_the_second(
-    tmp_path: Path, version: str, wrong: bool
+    tmp_path: Path, version: str, fractions: str, wrong: bool
 ) -> None:
-    """2.26.2 printed 0.03 s past the second as .3: only its whole seconds are kept."""
+    """2.26.2 printed 0.03 s past the second as .3 (never under .1): only its whole seconds
+    are kept. True fractions fall under .1 a tenth of the time."""
+    rng = np.random.default_rng(1)
     lines = [f"{HOST}:1:1 [0] NCCL INFO NCCL version {version}"]
-    for k, frac in enumerate(("300000", "120000", "950000")):
-        lines.append(f"[2026-05-05 06:16:4{k}.{frac}] " + NCCL_PREFIX + coll_body(count=1, dtype=7))
+    for k in range(60):
+        frac = float(rng.uniform(0.0, 1.0))
+        if fractions == "broken" and frac < 0.1:
+            frac *= 10.0
+        micros = min(999_999, round(frac * 1e6))
+        stamp = f"[2026-05-05 06:16:{k:02d}.{micros:06d}] "
+        lines.append(stamp + NCCL_PREFIX + coll_body(count=1, dtype=7))
     path = tmp_path / "nccl.log"
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     s = read_nccl_log(path)
     assert s.wrong_fractions is wrong
-    fractions = s.call_times_s - np.floor(s.call_times_s)
-    assert bool((fractions == 0).all()) is wrong
+    whole = s.call_times_s - np.floor(s.call_times_s)
+    assert bool((whole == 0).all()) is wrong
 
 
 @pytest.mark.parametrize(

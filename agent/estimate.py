@@ -777,6 +777,26 @@ def _whole_multiple(period_s: float | None, step_s: float, *, at_most: int | Non
     return k >= 2 and abs(period_s / (k * step_s) - 1.0) <= 0.03
 
 
+def _lattice_multiple(period_s: float | None, step_s: float, res: float) -> bool:
+    """Whether ``period_s`` (k steps) is the lattice of the steps' rounding, not their repeat.
+
+    It is when k steps are a whole number of resolutions and one step is not.
+
+    5.49 s FSDP steps in whole seconds are 5 then 6 s apart, so the binned calls repeat
+    exactly every 11 s: read as T at confidence 0.79, while their order timed 5.49 s (4.2 s
+    steps: 21 s). A step of a whole number of resolutions has no such lattice of its own.
+    """
+    if period_s is None or res <= 0:
+        return False
+
+    def off_lattice(seconds: float) -> float:
+        return abs(seconds / res - round(seconds / res))
+
+    k = round(period_s / step_s)
+    on = off_lattice(period_s) <= 0.1 or off_lattice(k * step_s) <= 0.15
+    return on and off_lattice(step_s) >= 0.15
+
+
 def _call_order(mix: CollectiveMix) -> SequenceStep | None:
     """The step the newest calls' order marks, when the mix carries who made each call."""
     if not mix.call_keys.size == mix.call_times.size == mix.call_processes.size > 0:
@@ -827,8 +847,11 @@ def _log_period(
         timed = estimate_period(rate, dt, t0=t0, settings=settings, expected_period_s=expected_s)
     if seq is not None:
         # A step long enough to be timed: the timed calls have their say when they repeat at
-        # a whole multiple of the call order's period (which may be half a step: a, b, a, b).
-        if _whole_multiple(timed.period_s, seq.period_s):
+        # a whole multiple of the call order's period (which may be half a step: a, b, a, b),
+        # unless that multiple is the times' own lattice (see _lattice_multiple).
+        if _whole_multiple(timed.period_s, seq.period_s) and not _lattice_multiple(
+            timed.period_s, seq.period_s, res
+        ):
             return timed
         return _coarse_sequence_result(seq, res)
     result = timed

@@ -417,3 +417,43 @@ def test_a_jobs_own_train_of_calls_is_no_block_of_lines() -> None:
     last = np.array([times[block == b].max() for b in range(int(block.max()) + 1)])
     blocked = last[block] + 1e-6 * (np.arange(times.size) % 40)
     assert clumped_resolution(blocked, one, kinds, kinds) == pytest.approx(40 / 11 * 0.5, rel=0.3)
+
+
+def _fsdp_log(path: Path, step_s: float, seconds: float, seed: int) -> Path:
+    """Two ranks of an FSDP job in whole seconds: each step 12 AllGathers over its first 40 %
+    and 12 ReduceScatters over its last 40 % (2 % step jitter)."""
+    rng = np.random.default_rng(seed)
+    lines: list[tuple[float, str]] = []
+    t, op = 0.3, 0
+    while t < seconds:
+        calls = [(0.4 * i / 12, "AllGather", 2_000_000) for i in range(12)]
+        calls += [(0.5 + 0.4 * i / 12, "ReduceScatter", 2_000_000) for i in range(12)]
+        calls[0] = (0.0, "AllGather", 3_000_000)
+        for at, name, count in calls:
+            for r in range(2):
+                when = t + at * step_s
+                stamp = (START + dt.timedelta(seconds=when)).strftime("[%F %T] ")
+                lines.append(
+                    (
+                        when,
+                        f"{stamp}node1:{40 + r}:{40 + r} [{r}] NCCL INFO {name}: opCount {op:x} "
+                        f"sendbuff 0x1 recvbuff 0x2 count {count} datatype 7 op 0 root 0 "
+                        f"comm 0x3{r} [nranks=8] stream 0x4",
+                    )
+                )
+            op += 1
+        t += step_s * (1.0 + 0.02 * rng.uniform(-1.0, 1.0))
+    lines.sort(key=lambda x: x[0])
+    path.write_text("\n".join(line for _, line in lines) + "\n")
+    return path
+
+
+@pytest.mark.parametrize(("step_s", "seed"), [(5.5, 1), (5.5, 2), (4.2, 1)])
+def test_whole_second_steps_whose_rounding_repeats_are_timed_by_their_order(
+    tmp_path: Path, step_s: float, seed: int
+) -> None:
+    """5.5 s steps in whole seconds are 5 then 6 s apart: the binned calls repeat exactly
+    every 11 s, read as T at confidence 0.8 (4.2 s steps: 21 s); their order times 5.5 s."""
+    log = _fsdp_log(tmp_path / "fsdp.log", step_s, 600.0, seed)
+    est = analyze_files(nccl_logs=[log]).estimate
+    assert est.period_s == pytest.approx(step_s, rel=0.02)

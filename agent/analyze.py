@@ -989,7 +989,7 @@ def analyze_files(
     if nccl_logs:
         summary = read_nccl_logs(nccl_logs)
         table = call_table(summary)
-        table, clump_note = _unclumped(table)
+        clump_note = _clumps_note(summary, table)
         if clump_note is not None:
             input_notes.append(clump_note)
         mix = collective_mix(summary, table)
@@ -1095,7 +1095,9 @@ def call_table(summary: NcclLogSummary) -> CallTable:
     """The log's COLL records as the live agent's keyed call table, in log order.
 
     One key per (communicator of a process, op, peer): the caller's rank, the communicator's
-    nranks and commId come from its ``Init`` line (else its first COLL line).
+    nranks and commId come from its ``Init`` line (else its first COLL line). The times'
+    resolution is their stamps' (whole seconds), or, for lines a collector timed in blocks,
+    how far apart the blocks are (:func:`agent.call_sequence.clumped_resolution`).
     """
     triples = np.stack(
         (
@@ -1125,35 +1127,32 @@ def call_table(summary: NcclLogSummary) -> CallTable:
                 info.comm_id if info is not None and info.comm_id else None,
             )
         )
+    ids = inverse.reshape(-1)
+    resolution = stamp_resolution(summary.call_times_s)
+    if resolution == 0:
+        processes = process_codes(k.process for k in keys)[ids]
+        kinds = call_kinds(ids, summary.call_bytes)
+        resolution = clumped_resolution(summary.call_times_s, processes, kinds, ids)
     return CallTable(
         times=summary.call_times_s,
         nbytes=summary.call_bytes,
-        key_ids=inverse.reshape(-1).astype(np.int32),
+        key_ids=ids.astype(np.int32),
         keys=tuple(keys),
-        resolution_s=stamp_resolution(summary.call_times_s),
+        resolution_s=resolution,
     )
 
 
-def _unclumped(table: CallTable) -> tuple[CallTable, str | None]:
-    """The call table with the real resolution of times its lines got in blocks, and a note.
-
-    See :func:`agent.call_sequence.clumped_resolution`: such times are as coarse as the
-    blocks are apart, and T comes from the calls' order.
-    """
-    if table.times.size == 0 or table.resolution_s > 0:
-        return table, None
-    ids = table.key_ids.astype(np.int64)
-    processes = process_codes(k.process for k in table.keys)[ids]
-    res = clumped_resolution(table.times, processes, call_kinds(ids, table.nbytes), ids)
-    if res <= 0:
-        return table, None
-    note = (
-        f"the NCCL lines were timed in blocks about {res:.3g} s apart, many lines at one time "
-        "(NCCL 2.13-2.26 buffer a log written to a pipe, and kubectl/docker time lines as they "
-        "arrive): the calls were timed by their order; set NCCL_DEBUG_FILE, or "
-        "NCCL_DEBUG_TIMESTAMP_LEVELS=WARN,INFO with a fraction in NCCL_DEBUG_TIMESTAMP_FORMAT"
+def _clumps_note(summary: NcclLogSummary, table: CallTable) -> str | None:
+    """What :func:`call_table` did with lines timed in blocks (None: nothing)."""
+    if table.resolution_s == 0 or stamp_resolution(summary.call_times_s) > 0:
+        return None
+    return (
+        f"the NCCL lines were timed in blocks about {table.resolution_s:.3g} s apart, many "
+        "lines at one time (NCCL 2.13-2.26 buffer a log written to a pipe, and kubectl/docker "
+        "time lines as they arrive): the calls were timed by their order; set "
+        "NCCL_DEBUG_FILE, or NCCL_DEBUG_TIMESTAMP_LEVELS=WARN,INFO with a fraction in "
+        "NCCL_DEBUG_TIMESTAMP_FORMAT"
     )
-    return replace(table, resolution_s=res), note
 
 
 def _inspector_latency(inspected: InspectorSummary | None) -> float | None:

@@ -387,12 +387,16 @@ def _whole_columns(
         return names, []
     t0 = float(table.times[0])
     partial = []
+    totals: dict[str, float] = {}  # the whole columns' bytes per second, per direction
     for n in names:
         if n in whole or n not in covers or share[n] >= PARTIAL_COLUMN:
             continue
         way = column_direction(n)
-        total = sum(_column_rate(table, w, present[w]) for w in whole if column_direction(w) == way)
-        if _column_rate(table, n, present[n]) < MINOR_COLUMN * total:
+        if way not in totals:
+            totals[way] = sum(
+                _column_rate(table, w, present[w]) for w in whole if column_direction(w) == way
+            )
+        if _column_rate(table, n, present[n]) < MINOR_COLUMN * totals[way]:
             partial.append((n, covers[n][0] - t0, covers[n][1] - t0))
     left = {p[0] for p in partial}
     return [n for n in names if n not in left], partial
@@ -622,6 +626,11 @@ def _parts(network: dict[Direction, GridSeries]) -> list[tuple[int, int]]:
     return [(a, b) for a, b in zip(starts, ends, strict=True) if b - a >= least]
 
 
+def _span(a: int, b: int, dt: float) -> str:
+    """Slots ``[a, b)`` of a grid of ``dt`` as the seconds a warning names ("60-120 s")."""
+    return f"{a * dt:.0f}-{b * dt:.0f} s"
+
+
 def _one_job(
     network: dict[Direction, GridSeries], inputs: EstimateInputs, est: Estimate
 ) -> tuple[EstimateInputs, Estimate]:
@@ -649,8 +658,8 @@ def _one_job(
     if one_job and est.period_s is not None:
         return inputs, est
     a, b, sub, part = max(found, key=lambda f: (f[3].mean_bandwidth or 0.0) * (f[1] - f[0]))
-    listed = ", ".join(f"{f[0] * dt:.0f}-{f[1] * dt:.0f} s: T {f[3].period_s:.4g} s" for f in found)
-    shown = f"{a * dt:.0f}-{b * dt:.0f} s"
+    listed = ", ".join(f"{_span(f[0], f[1], dt)}: T {f[3].period_s:.4g} s" for f in found)
+    shown = _span(a, b, dt)
     rate = next(iter(network.values())).rate
     hole = any(np.isnan(rate[found[k][1] : found[k + 1][0]]).any() for k in range(len(found) - 1))
     if one_job and hole:
@@ -760,11 +769,11 @@ def _step_parts(
         return unchanged()
     a, b, sub, newest = found[-1]
     dt = grid.dt
-    listed = ", ".join(f"{f[0] * dt:.0f}-{f[1] * dt:.0f} s: T {f[3].period_s:.4g} s" for f in found)
+    listed = ", ".join(f"{_span(f[0], f[1], dt)}: T {f[3].period_s:.4g} s" for f in found)
     spans = "" if est.period_s is not None else " and no period spans it all"
     note = (
         f"the step time changed during the recording ({listed}, from its first traffic)"
-        f"{spans}; shown: the newest part, at {a * dt:.0f}-{b * dt:.0f} s"
+        f"{spans}; shown: the newest part, at {_span(a, b, dt)}"
     )
     return sub, replace(newest, warnings=(*newest.warnings, note))
 
@@ -815,12 +824,12 @@ def _burst_parts(
         e = f[3]
         band = f"B {e.burst_bandwidth / 1e9:.3g} GB/s" if e.burst_bandwidth is not None else "no B"
         duty = f", D {e.duty_cycle:.2f}" if e.duty_cycle is not None else ""
-        return f"{f[0] * dt:.0f}-{f[1] * dt:.0f} s: {band}{duty}"
+        return f"{_span(f[0], f[1], dt)}: {band}{duty}"
 
     note = (
         f"the bursts changed during the recording under one step time "
         f"({'; '.join(described(f) for f in found)}, from its first traffic): congestion or "
-        f"other traffic on the links; shown: the newest part, at {a * dt:.0f}-{b * dt:.0f} s"
+        f"other traffic on the links; shown: the newest part, at {_span(a, b, dt)}"
     )
     return sub, replace(newest, warnings=(*newest.warnings, note))
 

@@ -345,7 +345,9 @@ def clumped_resolution(
         gaps += d[breaks - 1].tolist()
         markers = step_markers(k, key)
         if breaks.size >= 2 and markers:
-            clump = np.cumsum(np.isin(np.arange(t.size), breaks))
+            starts = np.zeros(t.size, dtype=np.int64)
+            starts[breaks] = 1
+            clump = np.cumsum(starts)  # each call's clump
             per_clump = np.bincount(clump[k == markers[0][0]], minlength=breaks.size + 1)
             steps.append(float(np.median(per_clump)))
             weights.append(int(breaks.size))

@@ -173,6 +173,15 @@ def test_a_checkpoint_pause_is_left_out_of_the_step() -> None:
     assert seq.period_s == pytest.approx(0.45, rel=0.01)
 
 
+def _coll(rank: int, op_name: str, op: int, count: int, *, root: int = 0) -> str:
+    """A COLL record of process ``40 + rank`` on its comm ``0x3<rank>`` (float32 counts)."""
+    return (
+        f"node1:{40 + rank}:{40 + rank} [{rank}] NCCL INFO {op_name}: opCount {op:x} sendbuff "
+        f"0x1 recvbuff 0x2 count {count} datatype 7 op 0 root {root} comm 0x3{rank} "
+        "[nranks=8] stream 0x4"
+    )
+
+
 def _log(path: Path, step_s: float, seconds: float, sizes: list[int]) -> Path:
     """Two ranks' log in NCCL's default timestamp format, "[%F %T] " (whole seconds)."""
     start = START
@@ -182,11 +191,7 @@ def _log(path: Path, step_s: float, seconds: float, sizes: list[int]) -> Path:
         for j, count in enumerate(sizes):
             for r in range(2):
                 stamp = (start + dt.timedelta(seconds=t + 0.004 * j)).strftime("[%F %T] ")
-                lines.append(
-                    f"{stamp}node1:{40 + r}:{40 + r} [{r}] NCCL INFO AllReduce: opCount "
-                    f"{op:x} sendbuff 0x1 recvbuff 0x2 count {count} datatype 7 op 0 root 0 "
-                    f"comm 0x3{r} [nranks=8] stream 0x4"
-                )
+                lines.append(stamp + _coll(r, "AllReduce", op, count))
             op += 1
         t += step_s * (1.0 + 0.02 * rng.uniform(-1.0, 1.0))
     path.write_text("\n".join(lines) + "\n")
@@ -270,9 +275,7 @@ def _moe_log(path: Path, step_s: float, seconds: float) -> Path:
                 lines.append(
                     (
                         when,
-                        f"{stamp}node1:{40 + r}:{40 + r} [{r}] NCCL INFO {name}: opCount {op:x} "
-                        f"sendbuff 0x1 recvbuff 0x2 count {count} datatype 7 op 0 root {peer} "
-                        f"comm 0x3{r} [nranks=8] stream 0x4",
+                        stamp + _coll(r, name, op, count, root=peer),
                     )
                 )
             op += 1
@@ -365,11 +368,7 @@ def _kubectl_log(path: Path, *, buffered: bool, grouped: bool = False) -> Path:
                 at = [0.30, 0.35, 0.45]
             for (name, count, peer), dt_s in zip(calls, at, strict=True):
                 times.append(t + dt_s)
-                texts.append(
-                    f"node1:{40 + r}:{40 + r} [{r}] NCCL INFO {name}: opCount {op:x} sendbuff "
-                    f"0x1 recvbuff 0x2 count {count} datatype 7 op 0 root {peer} comm 0x3{r} "
-                    "[nranks=8] stream 0x4"
-                )
+                texts.append(_coll(r, name, op, count, root=peer))
                 op += 1
             t += 0.5 * (1.0 + 0.02 * rng.uniform(-1.0, 1.0))
         for i, text in enumerate(texts):
@@ -436,9 +435,7 @@ def _fsdp_log(path: Path, step_s: float, seconds: float, seed: int) -> Path:
                 lines.append(
                     (
                         when,
-                        f"{stamp}node1:{40 + r}:{40 + r} [{r}] NCCL INFO {name}: opCount {op:x} "
-                        f"sendbuff 0x1 recvbuff 0x2 count {count} datatype 7 op 0 root 0 "
-                        f"comm 0x3{r} [nranks=8] stream 0x4",
+                        stamp + _coll(r, name, op, count),
                     )
                 )
             op += 1

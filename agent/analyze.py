@@ -1140,8 +1140,7 @@ def call_table(summary: NcclLogSummary) -> CallTable:
     resolution = stamp_resolution(summary.call_times_s)
     if resolution == 0:
         processes = process_codes(k.process for k in keys)[ids]
-        kinds = call_kinds(ids, summary.call_bytes)
-        resolution = clumped_resolution(summary.call_times_s, processes, kinds, ids)
+        resolution = clumped_resolution(summary.call_times_s, processes, ids, summary.call_bytes)
     return CallTable(
         times=summary.call_times_s,
         nbytes=summary.call_bytes,

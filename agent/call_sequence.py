@@ -309,51 +309,77 @@ MIN_CLUMPED_SHARE = 0.8
 MIN_CLUMP_STEPS = 2.0
 
 
+def _clumped_at_all(times: FloatArray) -> bool:
+    """Whether half the calls, all processes together, come within ``CLUMP_S`` of the last.
+
+    Blocks need it: a process's clumped calls (80 % of them, in clumps of 4 or more) are each
+    within ``CLUMP_S`` of the call before in time order, whoever made that one. One pass over
+    the times spares the per-process work on a log timed line by line (8 ms at 69 k calls).
+    """
+    t = times[np.isfinite(times)]
+    if t.size < 2 * MIN_CLUMP_CALLS:
+        return False
+    d = np.diff(t)
+    if bool((d < 0).any()):
+        d = np.diff(np.sort(t))
+    return int(np.count_nonzero(d <= CLUMP_S)) >= 0.5 * t.size
+
+
 def clumped_resolution(
-    times: FloatArray, processes: IntArray, kinds: IntArray, keys: IntArray
+    times: FloatArray, processes: IntArray, keys: IntArray, sizes: FloatArray
 ) -> float:
     """How coarse the calls' times really are when their lines were timed in blocks (else 0).
 
     NCCL 2.13-2.26 write their log to stdout fully buffered when it is a pipe: a collector
-    that stamps lines as they arrive (``kubectl logs --timestamps``, docker, journald) gives
-    every line of a 4 KiB block one time, blocks seconds apart, and the blocks' rhythm read as
-    T (0.5 s steps: 11 s, confidence 0.94). A block holds several steps: the call that marks
-    a process's steps (:func:`step_markers`) comes several times in one clump, while a job's
-    own burst of calls (a grouped all-to-all, a layer train within a millisecond) holds one
-    step's at most. The median time between a process's clumps is returned: times that coarse
-    are timed by the calls' order (:func:`sequence_step`). Calls with no marker (one kind of
-    call) give 0: their order times nothing.
+    that stamps lines as they arrive (``kubectl logs --timestamps``, docker, journald, a
+    tailer) gives every line of a 4 KiB block one time, blocks seconds apart, and the blocks'
+    rhythm read as T (0.5 s steps: 11 s, confidence 0.94). A block holds several steps: the
+    call that marks a process's steps (:func:`step_markers`) comes several times in one clump,
+    while a job's own burst of calls (a grouped all-to-all, a layer train within a
+    millisecond) holds one step's at most. The median time between a process's clumps is
+    returned: times that coarse are timed by the calls' order (:func:`sequence_step`). Calls
+    with no marker (one kind of call) give 0: their order times nothing. ``keys`` and
+    ``sizes`` tell the calls apart (:func:`call_kinds`); they are read only when the times
+    come in clumps at all, so a log timed line by line costs one pass over its times.
     """
+    if not _clumped_at_all(times):
+        return 0.0
     gaps: list[float] = []
-    sizes: list[int] = []
-    steps: list[float] = []  # per process: the marker's median count per clump
-    weights: list[int] = []
+    sizes_of: list[int] = []
     clumped = total = 0
+    cuts: list[tuple[IntArray, IntArray]] = []  # per process: its calls, where clumps start
     for proc in np.unique(processes).tolist():
         mine = np.flatnonzero(processes == proc)
-        t = times[mine]
-        ok = np.isfinite(t)
-        t, k, key = t[ok], kinds[mine][ok], keys[mine][ok]
-        if t.size < 2 * MIN_CLUMP_CALLS:
+        mine = mine[np.isfinite(times[mine])]
+        if mine.size < 2 * MIN_CLUMP_CALLS:
             continue
-        d = np.diff(t)
+        d = np.diff(times[mine])
         breaks = np.flatnonzero(d > CLUMP_S) + 1
-        size = np.diff(np.concatenate(([0], breaks, [t.size])))
-        total += t.size
+        size = np.diff(np.concatenate(([0], breaks, [mine.size])))
+        total += mine.size
         clumped += int(size[size >= MIN_CLUMP_CALLS // 2].sum())
-        sizes += size.tolist()
+        sizes_of += size.tolist()
         gaps += d[breaks - 1].tolist()
+        if breaks.size >= 2:
+            cuts.append((mine, breaks))
+    if sum(b.size for _, b in cuts) < 4 or float(np.median(sizes_of)) < MIN_CLUMP_CALLS:
+        return 0.0
+    if clumped < MIN_CLUMPED_SHARE * total:
+        return 0.0
+    kinds = call_kinds(keys, sizes)
+    steps: list[float] = []  # per process: the marker's median count per clump
+    weights: list[int] = []
+    for mine, breaks in cuts:
+        k, key = kinds[mine], keys[mine]
         markers = step_markers(k, key)
-        if breaks.size >= 2 and markers:
-            starts = np.zeros(t.size, dtype=np.int64)
+        if markers:
+            starts = np.zeros(mine.size, dtype=np.int64)
             starts[breaks] = 1
             clump = np.cumsum(starts)  # each call's clump
             per_clump = np.bincount(clump[k == markers[0][0]], minlength=breaks.size + 1)
             steps.append(float(np.median(per_clump)))
             weights.append(int(breaks.size))
-    if not weights or sum(weights) < 4 or float(np.median(sizes)) < MIN_CLUMP_CALLS:
-        return 0.0
-    if clumped < MIN_CLUMPED_SHARE * total:
+    if not weights or sum(weights) < 4:
         return 0.0
     if float(np.average(steps, weights=weights)) < MIN_CLUMP_STEPS:
         return 0.0  # clumps of one step at most: the job's own bursts of calls

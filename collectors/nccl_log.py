@@ -40,6 +40,7 @@ import numpy.typing as npt
 
 from agent.errors import InputFormatError
 from collectors._text import inflated_chunks, open_binary
+from collectors.container_logs import DOCKER_HEAD, unwrap_docker_line, unwrap_docker_text
 from collectors.nccl_stamps import UNDATED_LIMIT, UndatedClock, epoch_seconds, other_lead_time
 
 __all__ = [
@@ -661,6 +662,8 @@ def _finer_lead(line: str) -> float | None:
 
 def _plain(line: str) -> str:
     """The line without terminal escape sequences (colours a launcher or a wrapper added)."""
+    if line.startswith(DOCKER_HEAD):
+        line = unwrap_docker_line(line)
     return _ANSI_RE.sub("", line) if "\x1b" in line else line
 
 
@@ -1202,7 +1205,7 @@ class LiveDecoder:
         None means "not decided here": :meth:`decode` then takes the line. Each distinct call
         shape ``(op, count, datatype, nranks, root)`` is resolved to its S and peer once.
         """
-        if "\x1b" in line:
+        if "\x1b" in line or line.startswith(DOCKER_HEAD):
             line = _plain(line)
         whole = _FAST_LINE_RE.match(line)
         if whole is not None:
@@ -1309,7 +1312,8 @@ class LiveDecoder:
         # fixed cost of some 30 numpy calls, which only many lines pay for.
         joined: list[str] = []
         size = 0
-        for text in texts:
+        for given in texts:
+            text = unwrap_docker_text(given) if given.startswith(DOCKER_HEAD) else given
             if joined and size + len(text) > self.JOIN_CHARS:
                 self._decode_chunk("".join(joined), stamps, kinds)
                 joined, size = [], 0
@@ -1567,7 +1571,7 @@ class NcclLogAccumulator:
     def feed(self, line: str) -> None:
         """Account for one line of log text (without its newline)."""
         self._lines_total += 1
-        if "\x1b" in line:
+        if "\x1b" in line or line.startswith(DOCKER_HEAD):
             line = _plain(line)
         if "opCount " in line:
             if line.endswith("across cluster]"):

@@ -403,6 +403,64 @@ def test_lines_timed_one_by_one_are_not_taken_for_blocks(tmp_path: Path, grouped
     assert not any("timed in blocks" in w for w in est.warnings)
 
 
+def _live_window(
+    step_s: float, *, block_bytes: int | None, poll_s: float = 0.2
+) -> CollectiveWindow:
+    """Two ranks' COLL lines without timestamps as the live tailer hands them over: each
+    line read at the first poll after it reached the file, and stamped then. ``block_bytes``:
+    the job's stdout goes through a pipe (``| tee``, a container's log), so lines reach the
+    file in blocks of that size; None: one by one."""
+    rng = np.random.default_rng(5)
+    written: list[tuple[float, str]] = []
+    for r in range(2):
+        t, op, block = 0.3, 0, ""
+        for _ in range(240):
+            for frac, count in ((0.6, 6_553_600), (0.7, 6_553_600), (0.9, 1_200_000)):
+                text = _coll(r, "AllReduce", op, count) + "\n"
+                op += 1
+                if block_bytes is None:
+                    written.append((t + frac * step_s, text))
+                    continue
+                if len(block) + len(text) > block_bytes:
+                    written.append((t + frac * step_s, block))
+                    block = ""
+                block += text
+            t += step_s * (1.0 + 0.02 * rng.uniform(-1.0, 1.0))
+    written.sort()
+    decoder, window = LiveDecoder(), CollectiveWindow(200_000)
+    for when, text in written:
+        arrival = np.ceil(when / poll_s) * poll_s
+        batch = decode_texts(
+            decoder, [text], arrival, lambda s, a: np.where(np.isnan(s), a, s), poll_s
+        )
+        assert batch is not None
+        window.add_batch(batch)
+    return window
+
+
+@pytest.mark.parametrize("step_s", [0.13, 0.5, 1.7])
+def test_the_live_window_times_lines_that_came_in_blocks_by_their_order(step_s: float) -> None:
+    """The live path as analyze: blocks 4 KiB apart (stamped when read) read as T = 8.7
+    steps at confidence 0.5 (0.5 s steps: 4.3 s), shown once the tracker took it."""
+    window = _live_window(step_s, block_bytes=4096)
+    mix = window.mix()
+    assert mix is not None
+    assert mix.time_resolution_s > 5 * step_s  # as coarse as the blocks are apart
+    assert window.resolution_s() == mix.time_resolution_s  # what the pipeline's window uses
+    est = estimate(EstimateInputs(collectives=mix))
+    assert est.period_s == pytest.approx(step_s, rel=0.01)
+
+
+def test_the_live_window_keeps_lines_read_one_by_one_at_the_polls_resolution() -> None:
+    """Lines written one by one: each poll's few lines hold one step at most, no block."""
+    window = _live_window(0.5, block_bytes=None)
+    mix = window.mix()
+    assert mix is not None
+    assert mix.time_resolution_s == pytest.approx(0.2)
+    est = estimate(EstimateInputs(collectives=mix))
+    assert est.period_s == pytest.approx(0.5, rel=0.01)
+
+
 def test_a_jobs_own_train_of_calls_is_no_block_of_lines() -> None:
     """Each step 10 AllGathers and a ReduceScatter within a millisecond: clumps of one step,
     which the job makes. The same calls cut into blocks of 40 lines, each timed at its last
@@ -411,11 +469,13 @@ def test_a_jobs_own_train_of_calls_is_no_block_of_lines() -> None:
     times = np.concatenate([0.5 * k + step for k in range(100)])
     kinds = np.tile(np.array([0] * 10 + [1], dtype=np.int64), 100)
     one = np.zeros(times.size, dtype=np.int64)
-    assert clumped_resolution(times, one, kinds, kinds) == 0.0
+    assert clumped_resolution(times, one, kinds, np.zeros(times.size)) == 0.0
     block = np.arange(times.size) // 40
     last = np.array([times[block == b].max() for b in range(int(block.max()) + 1)])
     blocked = last[block] + 1e-6 * (np.arange(times.size) % 40)
-    assert clumped_resolution(blocked, one, kinds, kinds) == pytest.approx(40 / 11 * 0.5, rel=0.3)
+    assert clumped_resolution(blocked, one, kinds, np.zeros(times.size)) == pytest.approx(
+        40 / 11 * 0.5, rel=0.3
+    )
 
 
 def _fsdp_log(path: Path, step_s: float, seconds: float, seed: int) -> Path:

@@ -92,7 +92,8 @@ def test_the_live_decoder_reads_json_file_chunks_as_their_lines() -> None:
     job = _job(buffered=False)
     docker = "".join(_docker(text, when) + "\n" for when, text in job)
     plain = unwrap_docker_text(docker)
-    assert plain.count("\n") == len(job) and "NCCL INFO AllReduce" in plain
+    assert plain.count("\n") == len(job)
+    assert "NCCL INFO AllReduce" in plain
     a, b = LiveDecoder(), LiveDecoder()
     stamps_a, kinds_a = a.decode_chunks(
         [docker[: len(docker) // 2 + 1], docker[len(docker) // 2 + 1 :]]

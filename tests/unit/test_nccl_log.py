@@ -1377,6 +1377,15 @@ def test_nccl_2_26_2s_wrong_fractions_of_a_second_are_cut_to_the_second(
     assert s.wrong_fractions is wrong
     whole = s.call_times_s - np.floor(s.call_times_s)
     assert bool((whole == 0).all()) is wrong
+    # The live decoder, 20 lines a chunk: cut while it cannot tell yet, then as the file's.
+    live = LiveDecoder()
+    chunks = [live.decode_chunks(["".join(x + "\n" for x in lines[a:b])])[0]
+              for a, b in ((0, 21), (21, 41), (41, 61))]  # fmt: skip
+    assert live.version == version.split("+", 1)[0]
+    last = chunks[-1]
+    assert last.size == 20
+    assert bool((last == np.floor(last)).all()) is wrong
+    assert live.fractions_cut is (version.startswith("2.26.2"))
 
 
 @pytest.mark.parametrize(

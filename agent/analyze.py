@@ -7,6 +7,7 @@ GPU samples pooled, NCCL logs accumulated).
 
 from __future__ import annotations
 
+import datetime as dt
 import itertools
 import math
 import re
@@ -48,6 +49,7 @@ from collectors.counters_csv import CounterTable, read_counters_csv
 from collectors.gpu_csv import read_gpu_csv
 from collectors.nccl_inspector import InspectorSummary, read_inspector_files
 from collectors.nccl_log import NcclLogSummary, read_nccl_logs, stamp_resolution
+from collectors.nccl_stamps import UNDATED_LIMIT
 from collectors.nic_counters import DEFAULT_EXCLUDE
 from collectors.pcap import AckLatency, Capture, bin_bytes, merge_ack_samples, read_capture
 
@@ -684,6 +686,102 @@ def _one_job(
     return sub, replace(part, warnings=(*part.warnings, note))
 
 
+#: Processes whose calls begin this long after every earlier one's ended make another run.
+LOG_RUN_GAP_S = JOB_GAP_S
+#: A run of a log has at least this many timed calls (a stray process of a few calls, splice
+#: debris, is no run).
+LOG_RUN_MIN_CALLS = 20
+
+
+def _log_runs(mix: CollectiveMix) -> list[npt.NDArray[np.bool_]]:
+    """Per run of the log (in time order): which calls it made; one run: [].
+
+    A run is a set of processes whose calls overlap in time; the next run's processes start
+    after all of them stopped (``LOG_RUN_GAP_S``). A job restarted into the same file, or
+    two jobs' logs given together, are two runs; ranks of one job overlap and are one.
+    """
+    codes, times = mix.call_processes, mix.call_times
+    if codes.size != times.size or codes.size == 0:
+        return []
+    ok = np.isfinite(times) & (codes >= 0)
+    if int(ok.sum()) < 2 * LOG_RUN_MIN_CALLS:
+        return []
+    c, t = codes[ok], times[ok]
+    n = int(c.max()) + 1
+    first, last = np.full(n, np.inf), np.full(n, -np.inf)
+    np.minimum.at(first, c, t)
+    np.maximum.at(last, c, t)
+    calls = np.bincount(c, minlength=n)
+    present = np.flatnonzero(calls > 0)
+    groups: list[list[int]] = []
+    end = -np.inf
+    for p in present[np.argsort(first[present], kind="stable")].tolist():
+        if not groups or first[p] > end + LOG_RUN_GAP_S:
+            groups.append([p])
+            end = last[p]
+        else:
+            groups[-1].append(p)
+            end = max(end, last[p])
+    groups = [g for g in groups if int(calls[g].sum()) >= LOG_RUN_MIN_CALLS]
+    if len(groups) < 2:
+        return []
+    runs = []
+    for g in groups:
+        mine = np.isin(codes, g)
+        lo, hi = float(first[g].min()), float(last[g].max())
+        runs.append(mine | ((codes < 0) & (times >= lo) & (times <= hi)))
+    return runs
+
+
+def _when(t: float) -> str:
+    """A call time as a warning names it: the log's own date and time, or seconds."""
+    if t >= UNDATED_LIMIT:
+        return dt.datetime.fromtimestamp(t, dt.UTC).strftime("%Y-%m-%d %H:%M:%S")
+    return f"{t:.0f} s"
+
+
+def _one_log_run(inputs: EstimateInputs, est: Estimate) -> tuple[EstimateInputs, Estimate]:
+    """The run of an NCCL log that moved the most bytes, when it holds several in turn.
+
+    Read as one series, two runs an hour apart (steps of 0.5 and 0.7 s) gave 0.7 s with no
+    word of the other, and a week apart or 10 minutes apart, no period at all. A warning names
+    every run. The per-op totals stay the whole log's.
+    """
+    mix = inputs.collectives
+    if mix is None:
+        return inputs, est
+    runs = _log_runs(mix)
+    if not runs:
+        return inputs, est
+    found = []
+    for mine in runs:
+        part = replace(
+            mix,
+            call_times=mix.call_times[mine],
+            call_bytes=mix.call_bytes[mine],
+            call_keys=mix.call_keys[mine] if mix.call_keys.size else mix.call_keys,
+            call_processes=mix.call_processes[mine],
+        )
+        sub = replace(inputs, collectives=part)
+        nbytes = float(np.nansum(part.call_bytes))
+        found.append((mine, sub, estimate(sub), nbytes))
+    mine, sub, part_est, _ = max(found, key=lambda f: (f[3], int(f[0].sum())))
+
+    def described(f: tuple[Any, EstimateInputs, Estimate, float]) -> str:
+        times = f[0] & np.isfinite(mix.call_times)
+        t = mix.call_times[times]
+        period = f"T {f[2].period_s:.4g} s" if f[2].period_s is not None else "no period"
+        return f"{_when(float(t.min()))} to {_when(float(t.max()))}: {period}"
+
+    listed = "; ".join(described(f) for f in found)
+    note = (
+        f"the NCCL log holds {len(found)} runs one after the other, by other processes "
+        f"({listed}); shown: the one from {described((mine, sub, part_est, 0.0))}, which "
+        "moved the most bytes. Give one run's lines to analyze another"
+    )
+    return sub, replace(part_est, warnings=(*part_est.warnings, note))
+
+
 #: Most pieces a recording is cut into to look for a change of step time.
 STEP_PIECES_MAX = 16
 
@@ -1037,6 +1135,8 @@ def analyze_files(
     if network:
         inputs, est = _one_job(network, inputs, est)
         inputs, est = _step_parts(dict(inputs.network), inputs, est)
+    else:
+        inputs, est = _one_log_run(inputs, est)
     note = other_direction_note(inputs, est) if network else None
     if note is not None and note not in est.warnings:
         est = replace(est, warnings=(*est.warnings, note))

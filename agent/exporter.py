@@ -78,8 +78,8 @@ class SnapshotCollector(Collector):
             _gauge("commpulse_sync_period_seconds", "T: sync period of the collective burst "
                    "train (absent while no period is detected).", est.period_s),
             _gauge("commpulse_burst_bandwidth_bytes_per_second", "B: link bandwidth while a "
-                   "burst is in progress (busier direction, summed over devices).",
-                   est.burst_bandwidth),
+                   "burst is in progress (busier direction, or the other when the busier one "
+                   "carries another flow; summed over devices).", est.burst_bandwidth),
             _gauge("commpulse_duty_cycle_ratio", "D: communication time / T. Above 0.5 the "
                    "network is the bottleneck.", est.duty_cycle),
             _gauge("commpulse_period_confidence_ratio", "Confidence of T, 0..1.",

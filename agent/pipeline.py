@@ -27,6 +27,7 @@ from agent.estimate import (
     Estimate,
     EstimateInputs,
     busier_direction,
+    estimate,
     estimate_recent,
     log_grid,
 )
@@ -179,6 +180,10 @@ CAPTURE_SOURCE = "packet_capture"
 CAPTURE_SHARE = 0.9
 #: The network source in use changes only for one this much busier.
 SWITCH_MARGIN = 1.1
+#: A counter source whose newest poll is this old (or three hops) is not estimated: the only
+#: RDMA device unloaded kept its job's T, B and D on the scrape for half a window, at
+#: confidence 0.97, beside ``source_up`` 0.
+STALE_SOURCE_S = 5.0
 #: Least span of an NCCL-only window, in resolutions of its calls' times when they are coarse
 #: (stamped when read, or whole seconds): T within about 1 % (20 s at the 0.2 s polls).
 COARSE_SPAN_RESOLUTIONS = 100.0
@@ -332,7 +337,13 @@ class Pipeline:
             task.cancel()
 
     def replace_source(self, source: Source) -> None:
-        """Start ``source``, replacing a running source of the same name (its window stays)."""
+        """Start ``source``, replacing a running source of the same name.
+
+        A counter source's window starts over: its devices or roots changed, and the sums it
+        holds are of the old set (a reload down to one of two rails showed the two rails' B
+        for 9 s, then a mix of both for 8 s more). The collective and GPU windows stay.
+        """
+        self._state.counters.pop(source.name, None)
         self._sources[source.name] = source
         health = self._state.health.setdefault(source.name, SourceHealth(source.name))
         health.up = False
@@ -499,7 +510,11 @@ class Pipeline:
         two sources of near-equal rate do not take turns from one hop to the next.
         """
         means: dict[str, tuple[float, dict[Direction, GridSeries]]] = {}
+        stale_before = self._clock.now() - max(STALE_SOURCE_S, 3.0 * self._cfg.hop_s)
         for source, window in sorted(self._state.counters.items()):
+            newest = window.newest_s()
+            if newest is None or newest < stale_before:
+                continue  # polls stopped (a device gone): its last window is no longer news
             grids = window.grids(since=since)
             rate = -1.0
             for g in grids.values():
@@ -884,13 +899,24 @@ class Pipeline:
         return last_end if job_gone(quiet, period, gap) else None
 
     async def _whole_window_period(self) -> float | None:
-        """T of the whole window (the outer-period watch), off the loop."""
+        """T of the whole window (the outer-period watch), off the loop.
+
+        With the NCCL log alone, T of every call since the calls floor: a job whose steps
+        open with a few calls 20 ms apart locked on those 20 ms from its first seconds, and
+        its locked window, a few of those periods, never held a whole step again.
+        """
         _, grids = self._network(since=None)
         chosen = busier_direction(grids) if grids else None
-        if chosen is None:
-            return None
         try:
-            return await asyncio.to_thread(whole_window_period, chosen[1])
+            if chosen is not None:
+                return await asyncio.to_thread(whole_window_period, chosen[1])
+            if grids:
+                return None
+            mix = self._state.calls.mix(since=self._calls_floor)
+            if mix is None or mix.call_times.size == 0:
+                return None
+            inputs = EstimateInputs(collectives=mix)
+            return (await asyncio.to_thread(estimate, inputs)).period_s
         except Exception:  # the watches are advisory: never let them stop the estimates
             log.exception("period watch failed on this window")
             return None

@@ -80,6 +80,8 @@ def render_table(
     if e.inner_period_s is not None:
         rows.append(("   inner period", _seconds(e.inner_period_s), "layer / micro-step spacing"))
     b_note = f"busier direction: {e.direction}" if e.direction else ""
+    if e.direction is not None and e.period_direction == e.direction:
+        b_note = f"{e.direction}: the busier direction carries another flow"
     rows.append(("B  burst bandwidth", format_rate(e.burst_bandwidth), b_note))
     d_note = {
         "gpu_exposed": f"exposed communication (GPU signal: {e.gpu_signal})",

@@ -385,6 +385,11 @@ class CounterWindow:
     def __len__(self) -> int:
         return max((len(r) for r in self._rings.values()), default=0)
 
+    def newest_s(self) -> float | None:
+        """Time of the newest poll held (None: none)."""
+        last = [row[0] for ring in self._rings.values() if (row := ring.last()) is not None]
+        return float(max(last)) if last else None
+
     def span_s(self) -> float:
         """Seconds between the oldest and newest poll held."""
         spans = []

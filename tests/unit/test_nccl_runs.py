@@ -108,3 +108,13 @@ def test_fine_times_give_the_mean_step_of_a_jittery_job(tmp_path: Path) -> None:
         truth.append((marks[-1] - marks[0]) / (len(marks) - 1))
     est = analyze_files(nccl_logs=[_write(tmp_path / "job.log", rank0, rank1)]).estimate
     assert est.period_s == pytest.approx(float(np.mean(truth)), rel=0.001)
+
+
+def test_steps_of_four_calls_are_not_read_at_three_steps() -> None:
+    """20 steps of 1.5 s (3 ms jitter), each four alike AllReduces 20 ms apart (a log written
+    by a test job, NCCL's microsecond stamps): binned at 1 ms, the 4 ms level repeated at
+    4.5 s (comb 0.85) before the 16 ms level's 1.5 s (comb 0.99), and 4.5 s was T."""
+    log = Path(__file__).resolve().parents[1] / "fixtures" / "nccl" / "steps-of-four-calls.log"
+    est = analyze_files(nccl_logs=[log]).estimate
+    assert est.period_s == pytest.approx(1.5, rel=0.005)
+    assert est.confidence > 0.9

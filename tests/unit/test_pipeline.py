@@ -13,7 +13,14 @@ import pytest
 
 from agent.clock import MonotonicClock, Ticker
 from agent.errors import SourceError, SourceUnavailable
-from agent.pipeline import Pipeline, PipelineSettings, SinkHealth, Snapshot, SnapshotStore
+from agent.pipeline import (
+    STALE_SOURCE_S,
+    Pipeline,
+    PipelineSettings,
+    SinkHealth,
+    Snapshot,
+    SnapshotStore,
+)
 from collectors._base import CallBatch, CallKey, CounterReading, Emit, Reading, Source
 
 
@@ -369,6 +376,50 @@ def test_a_silent_source_is_not_held_after_a_re_lock() -> None:
     assert not any(s.locked for s in late)
 
 
+class VanishingSquareWave(SquareWaveCounters):
+    """:class:`SquareWaveCounters` whose device goes away after ``gone_after_s``: no poll at
+    all from then on (a driver unloaded), the job's traffic unseen."""
+
+    def __init__(self, gone_after_s: float) -> None:
+        super().__init__()
+        self.gone_after_s = gone_after_s
+
+    async def run(self, emit: Emit) -> None:
+        def until_gone(item: Reading) -> None:
+            if (
+                self.started is not None
+                and MonotonicClock().now() - self.started < self.gone_after_s
+            ):
+                emit(item)
+
+        await super().run(until_gone)
+
+
+def test_a_source_whose_polls_stopped_is_not_shown_as_the_job() -> None:
+    """The only device gone 6 s into a steady job: T, B and D kept the job's values at
+    confidence 0.97 for half a window, beside source_up 0. Now they leave the scrape within
+    the staleness bound (5 s) and a hop."""
+    wave = VanishingSquareWave(6.0)
+    seen = _run(wave, PipelineSettings(hop_s=0.5, counter_rate_hz=200), 14.0)
+    assert wave.started is not None
+    before = [s for s in seen if 4.0 <= s.time_s - wave.started <= 6.0]
+    assert before
+    assert all(s.estimate is not None and s.estimate.period_s is not None for s in before)
+    late = [s for s in seen if s.time_s - wave.started >= 6.0 + STALE_SOURCE_S + 1.0]
+    assert late
+    assert all(s.estimate is None or s.estimate.period_s is None for s in late), late
+
+
+def test_a_replaced_counter_source_starts_a_new_window() -> None:
+    """A reload that changes a counter source's devices: its window holds the old set's sums,
+    and is dropped; the collective window stays."""
+    pipeline = Pipeline([], SnapshotStore())
+    pipeline._state.counter_window("square").add(CounterReading(1.0, {"sq_tx_bytes": 10}))
+    assert "square" in pipeline._state.counters
+    pipeline.replace_source(SquareWaveCounters())
+    assert "square" not in pipeline._state.counters
+
+
 class EndingTrains(NcclTrains):
     """:class:`NcclTrains` with 4 ms between a train's calls, which stop after ``stop_s``."""
 
@@ -401,6 +452,41 @@ def test_an_nccl_only_host_reports_the_step_not_the_calls_and_lets_it_go_at_the_
     assert shown[0][0] <= 6.0  # found while the job runs
     # The last call at about 7.06 s; two steps of silence, then the next hop (with one of slack).
     assert shown[-1][0] <= 7.06 + 2 * 1.0 + 2 * 0.5, shown
+
+
+class SpacedTrains(EndingTrains):
+    """4 calls 20 ms apart (stamped by NCCL) every ``step`` s: the log of a job whose step
+    opens with a few buckets' all-reduces."""
+
+    async def run(self, emit: Emit) -> None:
+        clock = MonotonicClock()
+        start = self.started = clock.now()
+        sync = start + 0.05
+        while True:
+            await clock.sleep_until(sync + 0.07)
+            emit(
+                CallBatch(
+                    times=sync + 0.0203 * np.arange(4),
+                    s_bytes=np.full(4, 1e8),
+                    ops={"AllReduce": (4, 400_000_000)},
+                    nranks=16,
+                    processes=frozenset({"host:1"}),
+                )
+            )
+            sync += self.first
+
+
+def test_an_nccl_only_lock_on_the_calls_inside_a_step_widens_to_the_step() -> None:
+    """1.5 s steps of 4 calls 20 ms apart: live, 7 runs in 10 locked on the 20 ms spacing
+    from the first seconds and reported it for the whole job (the locked window, a few of
+    those periods, never held a whole step again); the whole-window watch now reads the
+    calls since the lock too."""
+    source = SpacedTrains(1.5, 60.0)
+    seen = _periods_seen(source, hop_s=0.5, run_s=18.0)
+    assert source.started is not None
+    late = [t for at, t in seen if at - source.started >= 12.0]
+    assert late, seen
+    assert all(t is not None and t == pytest.approx(1.5, rel=0.02) for t in late), seen
 
 
 class PolledTrains(NcclTrains):
@@ -626,7 +712,7 @@ class SquareWaveBesideAFlow(SquareWaveCounters):
 def test_the_direction_without_the_other_flow_gives_t_live() -> None:
     """A job's 0.5 s steps, with another flow's chunks on rx only (rx carries more bytes):
     T is locked 2 s into the job (from rx alone: 7.5 s, and one hop 4 % short), is the step
-    on every hop after, and came from tx."""
+    on every hop after, and came from tx, as do B and D where rx carries the excess."""
     wave = SquareWaveBesideAFlow(0.5)
     seen = _run(wave, PipelineSettings(hop_s=0.5, counter_rate_hz=200), 12.0)
     locked = [s for s in seen if s.locked and s.estimate is not None]
@@ -635,7 +721,14 @@ def test_the_direction_without_the_other_flow_gives_t_live() -> None:
     assert locked[0].time_s - wave.started <= 4.0  # two hops of slack for a busy host
     assert all(s.estimate.period_s == pytest.approx(0.5, rel=0.02) for s in locked)
     assert any(s.estimate.period_direction == "tx" for s in locked)
-    assert all(s.estimate.direction == "rx" for s in locked)
+    from_tx = [s.estimate for s in locked if s.estimate.direction == "tx"]
+    assert from_tx
+    assert all(e.period_direction == "tx" for e in from_tx)
+    assert all(
+        e.burst_bandwidth == pytest.approx(1e9, rel=0.05)
+        for e in from_tx
+        if e.burst_bandwidth is not None
+    )
 
 
 def test_a_source_without_its_hardware_says_so_once(caplog: pytest.LogCaptureFixture) -> None:

@@ -754,13 +754,19 @@ def _one_log_run(inputs: EstimateInputs, est: Estimate) -> tuple[EstimateInputs,
     if not runs:
         return inputs, est
     found = []
+    logging = np.unique(mix.call_processes[mix.call_processes >= 0]).size
     for mine in runs:
+        codes = mix.call_processes[mine]
+        # The ranks of this run: the divisor of its bytes per rank (the whole log's counted
+        # every run's processes), in proportion where a process drives several GPUs.
+        ranks = round(mix.processes * np.unique(codes[codes >= 0]).size / max(1, logging))
         part = replace(
             mix,
             call_times=mix.call_times[mine],
             call_bytes=mix.call_bytes[mine],
             call_keys=mix.call_keys[mine] if mix.call_keys.size else mix.call_keys,
-            call_processes=mix.call_processes[mine],
+            call_processes=codes,
+            processes=max(1, ranks),
         )
         sub = replace(inputs, collectives=part)
         nbytes = float(np.nansum(part.call_bytes))

@@ -767,8 +767,8 @@ def _checked_by_order(timed: PeriodResult, seq: SequenceStep) -> PeriodResult:
     step = seq.period_s
     if abs(t / step - 1.0) <= ORDER_SAME:
         # The same period, which the marker times from the calls' own times over every step
-        # (the bins cost up to 10 ms each, and the bursts' edges can be the wrong calls': 400
-        # 0.5 s steps of 2 % random-walk jitter read 0.494 s from the binned calls).
+        # (the bins cost up to 10 ms each, and the bursts' edges can be the wrong calls': two
+        # ranks whose 400 steps of 0.5 s drift apart read 0.494 s from the binned calls).
         return replace(timed, period_s=step)
     if not (_whole_multiple(t, step, at_most=8) or _whole_multiple(step, t, at_most=8)):
         return timed

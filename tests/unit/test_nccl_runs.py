@@ -65,6 +65,9 @@ def test_the_run_that_moved_the_most_bytes_is_shown_and_every_run_named(
     # The per-op totals stay the whole log's (the contract's collectives).
     assert result.inputs.collectives is not None
     assert result.inputs.collectives.ops["AllReduce"][0] == 2 * 3 * (300 + 100)
+    # Bytes per step and rank are the shown run's two ranks' (not divided by all four).
+    step_bytes = 4 * (6_553_600 + 6_553_600 + 1_200_000)
+    assert est.step_bytes == pytest.approx(step_bytes, rel=0.02)
 
 
 def test_ranks_of_one_job_are_one_run(tmp_path: Path) -> None:

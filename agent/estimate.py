@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from agent.alternation import alternates, seen_over_pairs
 from agent.bursts import BurstStats, burst_stats, step_silence
 from agent.call_sequence import SequenceStep, sequence_step
 from agent.period import DetectorSettings, PeriodResult, comes_in_trains, estimate_period
@@ -993,6 +994,7 @@ def estimate(
     steps_grid: GridSeries | None = None
     chosen = busier_direction(inputs.network) if inputs.network else None
     period_direction: str | None = None
+    swinging = False  # the rate alternates poll to poll (agent/alternation.py)
     if chosen is not None:
         full_grid, period, period_direction, direction = _period_direction(
             inputs, chosen, cfg, idle_bytes_per_s, warnings
@@ -1002,6 +1004,22 @@ def estimate(
             warnings.append(refresh_note(full_grid.refresh_s))
             period = _refresh_capped(period, full_grid.refresh_s)
         period = _one_rhythm(full_grid, period, warnings)
+        swinging = alternates(full_grid.rate)
+        if (
+            swinging
+            and period.period_s is not None
+            and not seen_over_pairs(full_grid.rate, full_grid.dt, period.period_s)
+        ):
+            warnings.append(
+                f"the rate swings from one poll to the next (a rhythm near two polls, "
+                f"{0.5 / full_grid.dt:.3g} Hz): the {period.period_s:.3g} s it repeats at is "
+                "its beat against the polls, not a step; poll faster"
+            )
+            period = PeriodResult(None, 0.0)
+        elif swinging and period.period_s is not None:
+            # It shows over pairs of polls too, yet may be the swing's pattern repeating (21 ms
+            # steps read every 10 ms repeat every 21 polls: 0.21 s): below the alerts.
+            period = replace(period, confidence=min(period.confidence, UNSURE_CONFIDENCE))
         grid = whole_periods(full_grid, period)
         steps = steps_grid = without_pauses(grid, period)
         bursts = burst_stats(steps.rate, steps.dt, period.period_s, polls=steps.polls, t0=steps.t0)
@@ -1030,14 +1048,23 @@ def estimate(
     if bursts is not None and not bursts.has_bursts:
         on_ratio = 0.0 if bursts.mean_rate < idle_bytes_per_s else None
     unresolved = bursts is not None and bursts.has_bursts and not bursts.resolved
+    swung = swinging and bursts is not None
     few = bursts is not None and bursts.has_bursts and 0 < bursts.bursts <= FEW_BURSTS
-    if t is None and grid is not None and bursts is not None and few:
+    if t is None and grid is not None and bursts is not None and few and not swinging:
         # 30-40 s steps in 120 s: no T and nothing said why.
         warnings.append(
             f"only {bursts.bursts} burst(s) in {grid.duration_s:.0f} s: too few to time a "
             f"period; give a window of {FEW_BURSTS + 1} steps or more"
         )
-    if unresolved:
+    if swung:
+        # Bursts of about a poll, every other poll: each poll holds part of one, so the polls
+        # read neither B nor the time in bursts (a 19.5 ms step of D 0.4 read D 1.0).
+        warnings.append(
+            "the rate swings from one poll to the next: bursts of about a poll cannot be "
+            "resolved, so B and D are not given; poll faster"
+        )
+        b, on_ratio, unresolved = None, None, bursts is not None and bursts.has_bursts
+    elif unresolved:
         warnings.append(
             "bursts are shorter than 3 samples: B and D cannot be resolved at this poll rate "
             "(T and bytes per iteration still hold); poll faster"
@@ -1064,6 +1091,7 @@ def estimate(
         and grid is not None
         and bursts is not None
         and bursts.has_bursts
+        and not swinging
     ):
         windows = gpu_windows(inputs.gpu.times, inputs.gpu.gpu, inputs.gpu.signals[gpu_signal])
         phases = [v for v in (bursts.mean_burst_s, bursts.mean_gap_s) if v is not None]

@@ -11,7 +11,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from agent.clock import MonotonicClock, Ticker
+from agent.clock import FakeClock, MonotonicClock, Ticker
 from agent.errors import SourceError, SourceUnavailable
 from agent.pipeline import (
     STALE_SOURCE_S,
@@ -666,13 +666,25 @@ def _fill(pipeline: Pipeline, source: str, rate: float) -> None:
 def test_network_source_prefers_capture_and_does_not_flip_flop(
     rates: dict[str, float], previous: str | None, chosen: str
 ) -> None:
-    pipeline = Pipeline([], SnapshotStore())
+    pipeline = Pipeline([], SnapshotStore(), clock=FakeClock(10.0))  # just after the polls
     for source, rate in rates.items():
         _fill(pipeline, source, rate)
     pipeline._network_source = previous
     source, grids = pipeline._network()
     assert source == chosen
     assert grids["tx"].rate[5:].mean() == pytest.approx(rates[chosen], rel=0.01)
+
+
+def test_a_source_whose_polls_stopped_is_passed_over_for_one_that_polls() -> None:
+    """The busier source's polls stopped 6 s ago: the one still polling is estimated."""
+    pipeline = Pipeline([], SnapshotStore(), clock=FakeClock(16.0))
+    _fill(pipeline, "rdma_counters", 5e9)
+    window = pipeline._state.counter_window("nic_counters")
+    for k in range(1601):
+        window.add(CounterReading(k * 0.01, {"eth0_tx_bytes": int(1e9 * k * 0.01)}))
+    source, grids = pipeline._network()
+    assert source == "nic_counters"
+    assert grids["tx"].rate[5:].mean() == pytest.approx(1e9, rel=0.01)
 
 
 class SquareWaveBesideAFlow(SquareWaveCounters):

@@ -810,6 +810,10 @@ class _DeviceState:
 #: Hops a vanished device stays in the table (and on /metrics, as vanished) before it goes.
 VANISHED_KEEP_HOPS = 300
 
+#: The byte counters whose saturation (``DeviceInfo.stale_counters``) leaves a direction
+#: without a rate.
+SATURATED_TX = "port_xmit_data"
+SATURATED_RX = "port_rcv_data"
 #: Hops a device's last rate is shown again without a new read (a poll slower than the hop);
 #: after that it has no rate: a device no longer read must not show its last one forever.
 MAX_REPEATED_HOPS = 3
@@ -923,6 +927,7 @@ class DeviceTable:
                 st.rates[direction] = rate
                 st.mark[direction] = (t, value)
             skipped = st.info is not None and st.info.skipped is not None
+            stuck = st.info.stale_counters if st.info is not None else frozenset()
             out.append(
                 DeviceStatus(
                     source=source,
@@ -931,8 +936,9 @@ class DeviceTable:
                     tx_bytes=None if skipped else st.values.get("tx", (0.0, None))[1],
                     rx_bytes=None if skipped else st.values.get("rx", (0.0, None))[1],
                     counters={} if skipped else dict(st.counters),
-                    tx_rate=None if skipped else st.rates.get("tx"),
-                    rx_rate=None if skipped else st.rates.get("rx"),
+                    # A saturated byte counter has no rate (its last one was shown 4 hops on).
+                    tx_rate=None if skipped or SATURATED_TX in stuck else st.rates.get("tx"),
+                    rx_rate=None if skipped or SATURATED_RX in stuck else st.rates.get("rx"),
                 )
             )
         return out

@@ -104,3 +104,21 @@ def test_vanished_devices_leave_the_table() -> None:
     table.add_info("nic_counters", DeviceInfo("eth1", "netdev"))
     table.add_reading("nic_counters", CounterReading(1.0, {"eth1_tx_bytes": 9}))
     assert [d.device for d in table.hop()] == ["eth1"]
+
+
+def test_a_saturated_byte_counter_has_no_rate_on_the_scrape() -> None:
+    """A 32-bit port_xmit_data stuck at 2^32-1 was flagged (device_saturated 1) while its last
+    rate stayed on the scrape for 3 more hops: the flag's help says its rate is not reported."""
+    table = DeviceTable()
+    table.add_info("rdma_counters", DeviceInfo("mlx4_0:1", "rdma"))
+    for t, value in ((0.0, 0), (1.0, 1000)):
+        table.add_reading(
+            "rdma_counters",
+            CounterReading(t, {"mlx4_0:1_tx_bytes": value, "mlx4_0:1_rx_bytes": value}),
+        )
+        table.hop()
+    stuck = DeviceInfo("mlx4_0:1", "rdma", stale_counters=frozenset({"port_xmit_data"}))
+    table.add_info("rdma_counters", stuck)
+    (status,) = table.hop()
+    assert status.tx_rate is None
+    assert status.rx_rate == 1000.0  # the other direction's counter still counts

@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-from agent.period import nsdf
+from agent.period import filled, nsdf
 
 __all__ = ["alternates", "seen_over_pairs"]
 
@@ -31,17 +31,9 @@ MAX_PAIR_VARIANCE = 0.1
 MIN_PAIR_NSDF = 0.5
 
 
-def _filled(rate: FloatArray) -> FloatArray | None:
-    x = np.asarray(rate, dtype=np.float64)
-    finite = np.isfinite(x)
-    if int(finite.sum()) < 16:
-        return None
-    return np.where(finite, x, float(x[finite].mean()))
-
-
 def alternates(rate: FloatArray) -> bool:
     """Whether the rate swings from one poll to the next and little else (see the module)."""
-    x = _filled(rate)
+    x = filled(rate, least=16)
     if x is None:
         return False
     y = x - x.mean()
@@ -56,7 +48,7 @@ def alternates(rate: FloatArray) -> bool:
 
 def seen_over_pairs(rate: FloatArray, dt: float, period_s: float) -> bool:
     """Whether ``period_s`` shows in the rate averaged over pairs of polls (the swing gone)."""
-    x = _filled(rate)
+    x = filled(rate, least=16)
     if x is None:
         return False
     pairs = 0.5 * (x[1:] + x[:-1])

@@ -18,7 +18,13 @@ import numpy.typing as npt
 from agent.alternation import alternates, seen_over_pairs
 from agent.bursts import BurstStats, burst_stats, step_silence
 from agent.call_sequence import SequenceStep, sequence_step
-from agent.period import DetectorSettings, PeriodResult, comes_in_trains, estimate_period
+from agent.period import (
+    DetectorSettings,
+    PeriodResult,
+    comes_in_trains,
+    estimate_period,
+    whole_multiple,
+)
 from agent.rates import Direction, GridSeries, active_span, spread_slots
 from agent.regime import IDLE_BYTES_PER_S, RegimeFeatures, classify_regime, collective_shares
 from agent.rhythms import two_rhythms
@@ -771,7 +777,7 @@ def _checked_by_order(timed: PeriodResult, seq: SequenceStep) -> PeriodResult:
         # (the bins cost up to 10 ms each, and the bursts' edges can be the wrong calls': two
         # ranks whose 400 steps of 0.5 s drift apart read 0.494 s from the binned calls).
         return replace(timed, period_s=step)
-    if not (_whole_multiple(t, step, at_most=8) or _whole_multiple(step, t, at_most=8)):
+    if not (whole_multiple(t, step, at_most=8) or whole_multiple(step, t, at_most=8)):
         return timed
     near = [p for p in (seq.period_s, *seq.other_periods_s) if abs(t / p - 1.0) <= 0.03]
     inner = timed.inner_period_s
@@ -783,16 +789,6 @@ def _checked_by_order(timed: PeriodResult, seq: SequenceStep) -> PeriodResult:
         "the latter's step"
     )
     return _sequence_result(seq, (*timed.warnings, note))
-
-
-def _whole_multiple(period_s: float | None, step_s: float, *, at_most: int | None = None) -> bool:
-    """Whether ``period_s`` is 2, 3, ... (up to ``at_most``) times ``step_s`` (within 3 %)."""
-    if period_s is None:
-        return False
-    k = round(period_s / step_s)
-    if at_most is not None and k > at_most:
-        return False
-    return k >= 2 and abs(period_s / (k * step_s) - 1.0) <= 0.03
 
 
 def _lattice_multiple(period_s: float | None, step_s: float, res: float) -> bool:
@@ -867,7 +863,7 @@ def _log_period(
         # A step long enough to be timed: the timed calls have their say when they repeat at
         # a whole multiple of the call order's period (which may be half a step: a, b, a, b),
         # unless that multiple is the times' own lattice (see _lattice_multiple).
-        if _whole_multiple(timed.period_s, seq.period_s) and not _lattice_multiple(
+        if whole_multiple(timed.period_s, seq.period_s) and not _lattice_multiple(
             timed.period_s, seq.period_s, res
         ):
             return timed

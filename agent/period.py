@@ -46,8 +46,10 @@ __all__ = [
     "detect_level",
     "edge_timing",
     "estimate_period",
+    "filled",
     "nsdf",
     "pulse_timing",
+    "whole_multiple",
 ]
 
 FloatArray = npt.NDArray[np.float64]
@@ -731,10 +733,9 @@ def _clearer_divisor(
     """
     best = current
     for det in valid:
-        if det.period_s < 3.0 * inner.period_s or det.period_s >= current.period_s:
+        if det.period_s < 3.0 * inner.period_s:
             continue
-        k = round(current.period_s / det.period_s)
-        if not 2 <= k <= 8 or abs(current.period_s / (k * det.period_s) - 1.0) > 0.03:
+        if not whole_multiple(current.period_s, det.period_s, at_most=8):
             continue
         if det.comb >= current.comb + DIVISOR_COMB_MARGIN and det.comb > best.comb:
             best = det
@@ -1500,7 +1501,7 @@ def comes_in_trains(rate: FloatArray, dt: float, period_s: float, *, t0: float =
     Timed on the coarsest pyramid level with 8 samples a period or more (edge timing at 64 k
     samples costs milliseconds, and a burst that comes once a period merges there as well).
     """
-    x = _filled(rate)
+    x = filled(rate)
     if x is None:
         return False
     levels = [lv for lv in build_pyramid(x, dt) if period_s / lv.dt >= 8]
@@ -1710,13 +1711,23 @@ def _locked_outer(
     return _near_candidate(expected_s, detections, cfg, comb=cfg.moderate_comb, z=cfg.strong_z_min)
 
 
-def _filled(rate: FloatArray) -> FloatArray | None:
-    """The rate with unknown (NaN) slots at its mean; None under 32 known slots."""
+def filled(rate: FloatArray, least: int = 32) -> FloatArray | None:
+    """The rate with unknown (NaN) slots at its mean; None under ``least`` known slots."""
     x = np.asarray(rate, dtype=np.float64)
     finite = np.isfinite(x)
-    if finite.sum() < 32:
+    if finite.sum() < least:
         return None
     return np.where(finite, x, float(np.mean(x[finite])))
+
+
+def whole_multiple(period_s: float | None, step_s: float, *, at_most: int | None = None) -> bool:
+    """Whether ``period_s`` is 2, 3, ... (up to ``at_most``) times ``step_s`` (within 3 %)."""
+    if period_s is None:
+        return False
+    k = round(period_s / step_s)
+    if at_most is not None and k > at_most:
+        return False
+    return k >= 2 and abs(period_s / (k * step_s) - 1.0) <= 0.03
 
 
 def estimate_period(
@@ -1747,7 +1758,7 @@ def estimate_period(
             locked one keeps it as the outer period (:func:`_locked_outer`).
     """
     cfg = settings or DetectorSettings()
-    x = _filled(rate)
+    x = filled(rate)
     if x is None:
         return PeriodResult(None, 0.0, warnings=("too few samples to look for a period",))
 

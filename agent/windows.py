@@ -35,6 +35,7 @@ from collectors._base import (
     GpuReading,
     TimingBatch,
 )
+from collectors.rdma_counters import RCV_DATA, XMIT_DATA
 
 __all__ = [
     "BURST_BYTES_BOUNDS",
@@ -725,13 +726,17 @@ class CollectiveWindow:
             call_times=rows[:, 0],
             call_bytes=rows[:, 1],
             processes=len(self.processes),
-            time_resolution_s=self._resolution(rows, processes, since),
+            time_resolution_s=self._resolution(rows, ids, processes, since),
             call_keys=ids,
             call_processes=processes,
         )
 
     def _resolution(
-        self, rows: npt.NDArray[np.float64], processes: npt.NDArray[np.int64], since: float | None
+        self,
+        rows: npt.NDArray[np.float64],
+        ids: npt.NDArray[np.int64],
+        processes: npt.NDArray[np.int64],
+        since: float | None,
     ) -> float:
         """How coarse the times of these calls are, lines timed in blocks included.
 
@@ -745,7 +750,6 @@ class CollectiveWindow:
         """
         newest = float(rows[-1, 0]) if rows.shape[0] else -math.inf
         if not self._blocks_at <= newest < self._blocks_at + self.BLOCKS_EVERY_S:
-            ids = rows[:, 2].astype(np.int64)
             self._blocks_s = clumped_resolution(rows[:, 0], processes, ids, rows[:, 1])
             self._blocks_at = newest
         return self.resolution_s(since)
@@ -810,10 +814,6 @@ class _DeviceState:
 #: Hops a vanished device stays in the table (and on /metrics, as vanished) before it goes.
 VANISHED_KEEP_HOPS = 300
 
-#: The byte counters whose saturation (``DeviceInfo.stale_counters``) leaves a direction
-#: without a rate.
-SATURATED_TX = "port_xmit_data"
-SATURATED_RX = "port_rcv_data"
 #: Hops a device's last rate is shown again without a new read (a poll slower than the hop);
 #: after that it has no rate: a device no longer read must not show its last one forever.
 MAX_REPEATED_HOPS = 3
@@ -937,8 +937,8 @@ class DeviceTable:
                     rx_bytes=None if skipped else st.values.get("rx", (0.0, None))[1],
                     counters={} if skipped else dict(st.counters),
                     # A saturated byte counter has no rate (its last one was shown 4 hops on).
-                    tx_rate=None if skipped or SATURATED_TX in stuck else st.rates.get("tx"),
-                    rx_rate=None if skipped or SATURATED_RX in stuck else st.rates.get("rx"),
+                    tx_rate=None if skipped or XMIT_DATA in stuck else st.rates.get("tx"),
+                    rx_rate=None if skipped or RCV_DATA in stuck else st.rates.get("rx"),
                 )
             )
         return out

@@ -1295,13 +1295,14 @@ class LiveDecoder:
         only while under 2 % of all seen read under 0.1 s (true ones do a tenth of the time:
         a container runtime's stamps before NCCL's whole seconds).
         """
-        if self.version is None or self.version.split("+", 1)[0] != "2.26.2":
+        if not _fraction_bug_version(self.version):
             return stamps
-        fraction = stamps - np.floor(stamps)
-        stamped = fraction > 0
-        self._fractions_seen += int(stamped.sum())
-        self._fractions_small += int((fraction[stamped] < 0.1).sum())
-        if self._fractions_seen >= 50 and self._fractions_small >= 0.02 * self._fractions_seen:
+        stamped, small = _fraction_counts(stamps)
+        self._fractions_seen += stamped
+        self._fractions_small += small
+        if self._fractions_seen >= _FRACTIONS_TO_TELL and not _fractions_look_wrong(
+            self._fractions_seen, self._fractions_small
+        ):
             return stamps
         self.fractions_cut = True
         return np.floor(stamps)
@@ -1954,14 +1955,35 @@ def _wrong_fractions(version: str | None, times: _F64) -> bool:
     under 0.1 s, while true ones do a tenth of the time: ``kubectl logs --timestamps`` stamps
     before the default whole-second format are true ones (the time then comes from them).
     """
-    if version is None or version.split("+", 1)[0] != "2.26.2":
+    if not _fraction_bug_version(version):
         return False
-    finite = times[np.isfinite(times)]
-    fraction = finite - np.floor(finite)
+    stamped, small = _fraction_counts(times)
+    return stamped >= _FRACTIONS_TO_TELL and _fractions_look_wrong(stamped, small)
+
+
+#: Stamps with a fraction needed to tell 2.26.2's fractions from true ones ...
+_FRACTIONS_TO_TELL = 50
+#: ... which fall under this fraction of a second ...
+_SMALL_FRACTION = 0.1
+#: ... this share of the time at least (a tenth of it, in truth), and 2.26.2's never.
+_MIN_SMALL_SHARE = 0.02
+
+
+def _fraction_bug_version(version: str | None) -> bool:
+    """Whether the banner names the release with the wrong fractions (2.26.2)."""
+    return version is not None and version.split("+", 1)[0] == "2.26.2"
+
+
+def _fraction_counts(times: _F64) -> tuple[int, int]:
+    """(stamps with a fraction of a second, those whose fraction is under 0.1 s); NaN: none."""
+    fraction = times - np.floor(times)  # NaN > 0 is False: unstamped calls count in neither
     stamped = fraction > 0
-    if int(stamped.sum()) < 50:
-        return False
-    return float(np.mean(fraction[stamped] < 0.1)) < 0.02
+    return int(stamped.sum()), int((fraction[stamped] < _SMALL_FRACTION).sum())
+
+
+def _fractions_look_wrong(stamped: int, small: int) -> bool:
+    """Whether so few of ``stamped`` fractions fall under 0.1 s that they are 2.26.2's."""
+    return small < _MIN_SMALL_SHARE * stamped
 
 
 class NoNcclLinesError(InputFormatError):

@@ -41,7 +41,9 @@ from collectors._sysfs import parse_sysfs_int, read_attr
 
 __all__ = [
     "HW_COUNTERS",
+    "RCV_DATA",
     "SATURATED_32",
+    "XMIT_DATA",
     "RdmaConfig",
     "RdmaCounters",
     "RdmaPort",
@@ -55,6 +57,9 @@ log = logging.getLogger(__name__)
 
 #: A saturated 32-bit PMA counter (it stops here; it does not wrap).
 SATURATED_32 = 2**32 - 1
+#: The port's byte counters (4-byte words), as ``DeviceInfo.stale_counters`` names them.
+XMIT_DATA = "port_xmit_data"
+RCV_DATA = "port_rcv_data"
 
 #: The ``port_*_data`` counters count 4-octet words (IBA PortCounters, "divided by 4").
 DATA_WORD_BYTES = 4
@@ -190,8 +195,8 @@ def discover_ports(sysfs_root: Path) -> list[RdmaPort]:
             continue
         for num in numbers:
             pd = ports_dir / str(num)
-            xmit, ext_x = _counter_file(pd, "port_xmit_data")
-            rcv, ext_r = _counter_file(pd, "port_rcv_data")
+            xmit, ext_x = _counter_file(pd, XMIT_DATA)
+            rcv, ext_r = _counter_file(pd, RCV_DATA)
             xp, _ = _counter_file(pd, "port_xmit_packets")
             rp, _ = _counter_file(pd, "port_rcv_packets")
             link = read_attr(pd / "link_layer")
@@ -304,7 +309,7 @@ class RdmaPortReader:
 
     def saturated(self) -> frozenset[str]:
         """Names of the counters currently stuck at 2^32−1."""
-        names = ("port_xmit_data", "port_rcv_data", "port_xmit_packets", "port_rcv_packets")
+        names = (XMIT_DATA, RCV_DATA, "port_xmit_packets", "port_rcv_packets")
         stuck = set()
         for name, fd in zip(names, self._fds, strict=True):
             if fd >= 0 and not self.port.extended:

@@ -137,6 +137,9 @@ class Estimate:
     period_method: str = "none"
     window_s: float = 0.0
     warnings: tuple[str, ...] = ()
+    #: T is shown but may not be a step (an alias of a counter refresh, two flows' near-common
+    #: multiple, a swing at the poll rate): its confidence stays below the alerts, live too.
+    period_unsure: bool = False
     period_detail: PeriodResult | None = field(default=None, repr=False, compare=False)
     burst_detail: BurstStats | None = field(default=None, repr=False, compare=False)
     #: The direction T was found in, when not ``direction`` (whose bursts give B and D): see
@@ -932,37 +935,39 @@ def _unsure(period: PeriodResult) -> PeriodResult:
     return replace(period, confidence=UNSURE_CONFIDENCE)
 
 
-def _one_rhythm(grid: GridSeries, period: PeriodResult, warnings: list[str]) -> PeriodResult:
-    """The period, its confidence capped with a warning when two flows' rhythms run under it.
+def _two_flows(grid: GridSeries, period: PeriodResult, warnings: list[str]) -> bool:
+    """Whether two flows' rhythms run under the period (with a warning that says so).
 
     See :mod:`agent.rhythms`: flows of 0.7 s and 1.93 s read as a 7.70 s step at confidence
     0.97 with D 0.62, and fired the bottleneck alert. A period with an inner rhythm of its
-    own (ZeRO-3 layers, pipeline micro-batches) is one job's and is not looked at.
+    own (ZeRO-3 layers, pipeline micro-batches) is one job's and is not looked at. Looked at
+    whatever the confidence: a lock held long enough is shown as confident live
+    (:func:`agent.tracker.sustained_confidence`), unless this says the period is unsure.
     """
     t = period.period_s
-    if t is None or period.inner_period_s is not None or period.confidence <= UNSURE_CONFIDENCE:
-        return period
+    if t is None or period.inner_period_s is not None:
+        return False
     found = two_rhythms(grid.rate, grid.dt, t)
     if found is None:
-        return period
+        return False
     a, b = found
     warnings.append(
         f"the traffic also repeats every {a:.3g} s and every {b:.3g} s, neither a multiple of "
         f"the other: two flows with their own rhythms may share the link, and T = {t:.4g} s "
         "their near-common multiple rather than a step (confidence kept under 0.5)"
     )
-    return _unsure(period)
+    return True
 
 
-def _refresh_capped(period: PeriodResult, refresh_s: float) -> PeriodResult:
-    """The period with its confidence capped when it could be an alias of the refresh.
+def _may_alias_refresh(period: PeriodResult, refresh_s: float) -> bool:
+    """Whether the period could be an alias of the counters' refresh interval.
 
     Steps of 0.7 s under a 1 s refresh read as a confident 6.8 s period (and under 0.5 s, 3.5 s
     with D 0.56 against 0.30: a false bottleneck alert). Under 8 refresh intervals a period
     cannot be told from such an alias, so it is shown but kept below the alerts' threshold.
     """
     t = period.period_s
-    return period if t is None or t >= 8 * refresh_s else _unsure(period)
+    return t is not None and t < 8 * refresh_s
 
 
 def estimate(
@@ -991,6 +996,7 @@ def estimate(
     chosen = busier_direction(inputs.network) if inputs.network else None
     period_direction: str | None = None
     swinging = False  # the rate alternates poll to poll (agent/alternation.py)
+    unsure = False  # T shown, but kept below the alerts (``Estimate.period_unsure``)
     if chosen is not None:
         full_grid, period, period_direction, direction = _period_direction(
             inputs, chosen, cfg, idle_bytes_per_s, warnings
@@ -998,8 +1004,8 @@ def estimate(
         period_source = inputs.network_source
         if full_grid.refresh_s is not None:
             warnings.append(refresh_note(full_grid.refresh_s))
-            period = _refresh_capped(period, full_grid.refresh_s)
-        period = _one_rhythm(full_grid, period, warnings)
+            unsure = _may_alias_refresh(period, full_grid.refresh_s)
+        unsure = _two_flows(full_grid, period, warnings) or unsure
         swinging = alternates(full_grid.rate)
         if (
             swinging
@@ -1015,7 +1021,11 @@ def estimate(
         elif swinging and period.period_s is not None:
             # It shows over pairs of polls too, yet may be the swing's pattern repeating (21 ms
             # steps read every 10 ms repeat every 21 polls: 0.21 s): below the alerts.
-            period = replace(period, confidence=min(period.confidence, UNSURE_CONFIDENCE))
+            unsure = True
+        if unsure and period.period_s is not None:
+            period = _unsure(period)
+        else:
+            unsure = False
         grid = whole_periods(full_grid, period)
         steps = steps_grid = without_pauses(grid, period)
         bursts = burst_stats(steps.rate, steps.dt, period.period_s, polls=steps.polls, t0=steps.t0)
@@ -1174,6 +1184,7 @@ def estimate(
         period_method=period.method if period is not None else "none",
         window_s=duration,
         warnings=tuple(warnings),
+        period_unsure=unsure and t is not None,
         period_detail=period,
         burst_detail=bursts,
         period_direction=period_direction,

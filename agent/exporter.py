@@ -82,8 +82,8 @@ class SnapshotCollector(Collector):
                    "carries another flow; summed over devices).", est.burst_bandwidth),
             _gauge("commpulse_duty_cycle_ratio", "D: communication time / T. Above 0.5 the "
                    "network is the bottleneck.", est.duty_cycle),
-            _gauge("commpulse_period_confidence_ratio", "Confidence of T, 0..1.",
-                   est.confidence),
+            _gauge("commpulse_period_confidence_ratio", "Confidence of T, 0..1 (at least 0.6 "
+                   "once the lock has held 16 periods and 30 s).", est.confidence),
             _gauge("commpulse_network_on_ratio", "Fraction of time the links are in a burst.",
                    est.network_on_ratio),
             _gauge("commpulse_inner_period_seconds", "Inner period of a nested step (layer "

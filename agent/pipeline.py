@@ -36,12 +36,14 @@ from agent.regime import IDLE_BYTES_PER_S, RegimeGate
 from agent.regime_params import RegimeParams, regime_params
 from agent.sharding import DEFAULT_LATENCY_S
 from agent.tracker import (
+    LockAge,
     PeriodTracker,
     RecentWatch,
     job_gone,
     longest_event_gap_s,
     longest_gap_s,
     periods_kept_after_lost_lock,
+    sustained_confidence,
     watch_recent,
     whole_window_period,
 )
@@ -300,6 +302,8 @@ class Pipeline:
         self._last_regime: RegimeParams | None = None
         self._regime_gate = RegimeGate()
         self._hops_locked = 0  # hops since the current lock was taken
+        #: How long T has been held (re-locks onto another T do not restart it).
+        self._lock_age = LockAge()
         #: When the job last seen stopped (clock time of its last burst or call), until new
         #: traffic comes: its old bursts are still in the window, and describe nothing now.
         self._stopped_at: float | None = None
@@ -658,6 +662,7 @@ class Pipeline:
                     self._calls_floor = lost_from
             if stopped:
                 self._hops_locked = 0
+                self._lock_age.reset()
                 self._estimates += 1
                 est = est.after_stop(self._cfg.idle_bytes_per_s)
                 est = replace(est, regime=self._regime_gate.update(est.regime, self._clock.now()))
@@ -706,6 +711,7 @@ class Pipeline:
                 self._cut_at = self._clock.now()
             if update.period_s is None:
                 # Not locked yet (or lost): no T, and so no D, rather than a guess.
+                self._lock_age.update(self._clock.now(), locked=False)
                 est = replace(
                     est,
                     period_s=None,
@@ -716,7 +722,14 @@ class Pipeline:
                     bytes_per_iteration=None,
                 )
             else:
-                est = replace(est, period_s=update.period_s)
+                confidence = sustained_confidence(
+                    est.confidence,
+                    est.period_s,
+                    update.period_s,
+                    self._lock_age.update(self._clock.now(), locked=True),
+                    unsure=est.period_unsure,
+                )
+                est = replace(est, period_s=update.period_s, confidence=confidence)
                 self._last_locked = est
             began = time.perf_counter()
             params = await self._regime_params(inputs, est, since)

@@ -71,11 +71,13 @@ from agent.period import estimate_period
 from agent.pipeline import PipelineSettings
 from agent.rates import Direction, GridSeries, grid_from_cumulative
 from agent.tracker import (
+    LockAge,
     PeriodTracker,
     RecentWatch,
     job_gone,
     longest_gap_s,
     periods_kept_after_lost_lock,
+    sustained_confidence,
     watch_recent,
     whole_window_period,
 )
@@ -1151,6 +1153,7 @@ def run_online(
     stopped_at: float | None = None  # Pipeline._stopped_at
     cut_at: float | None = None  # Pipeline._cut_at
     hops_locked = 0  # Pipeline._hops_locked
+    lock_age = LockAge()  # Pipeline._lock_age
     while True:
         now = t_start + k * settings.hop_s
         k += 1
@@ -1206,6 +1209,7 @@ def run_online(
                 window.drop_before(now - periods * was_locked)
         if stopped:  # as the pipeline: the stopped job's view, no watches
             hops_locked = 0
+            lock_age.reset()
             estimates += 1
             out.append(OnlineUpdate(now, None, est.period_s, 0.0))
             if stop is not None and stop(out):
@@ -1264,7 +1268,14 @@ def run_online(
             window.drop_before(keep_from)
             cut_at = now
         estimates += 1
-        conf = est.confidence if update.period_s is not None else 0.0
+        held_s = lock_age.update(now, locked=update.period_s is not None)
+        conf = (
+            sustained_confidence(  # as Pipeline._estimate_loop
+                est.confidence, est.period_s, update.period_s, held_s, unsure=est.period_unsure
+            )
+            if update.period_s is not None
+            else 0.0
+        )
         out.append(
             OnlineUpdate(
                 now, update.period_s, est.period_s, conf, est.burst_bandwidth, est.duty_cycle

@@ -11,6 +11,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+import agent.tracker as tracker_module
 from agent.clock import FakeClock, MonotonicClock, Ticker
 from agent.errors import SourceError, SourceUnavailable
 from agent.pipeline import (
@@ -21,6 +22,7 @@ from agent.pipeline import (
     Snapshot,
     SnapshotStore,
 )
+from agent.simulator.sampling import Cumulative
 from collectors._base import CallBatch, CallKey, CounterReading, Emit, Reading, Source
 
 
@@ -783,3 +785,44 @@ def test_new_window_sizes_keep_the_totals_and_the_device_table() -> None:
     assert pipeline._state is not state  # the windows did start over
     assert pipeline._state.calls.totals == {"AllReduce": (868, 868 * 1024)}
     assert [d.device for d in pipeline._state.devices.hop()] == ["eth0"]
+
+
+class JitteryCounters:
+    """Counters of 0.25 s steps whose time spreads ``jitter`` (D 0.4, 1 GB/s), polled at 200 Hz
+    (real clock): a network-bound job under congestion, as far as one window can tell."""
+
+    name = "jittery"
+
+    def __init__(self, jitter: float = 0.2, seed: int = 5) -> None:
+        rng = np.random.default_rng(seed)
+        steps = 0.25 * np.clip(1.0 + jitter * rng.standard_normal(400), 0.5, 1.5)
+        ends = np.cumsum(steps)
+        bursts = np.column_stack((ends - 0.1, ends))  # the last 0.1 s of each step
+        self._cum = Cumulative(bursts, np.full(ends.size, 1e9))
+
+    async def run(self, emit: Emit) -> None:
+        clock = MonotonicClock()
+        ticker = Ticker(clock, 0.005)
+        start = clock.now()
+        while True:
+            now = await ticker.tick()
+            total = float(self._cum.at(np.array([now - start]))[0])
+            emit(CounterReading(now, {"jit_tx_bytes": int(total)}))
+
+
+def test_a_jittery_job_whose_lock_has_held_is_shown_confident(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each window of 20 %-spread steps has a low confidence; once the lock has held 16
+    periods (and the minimum time, shortened here from 30 s), the live T is shown at the
+    sustained confidence, which the bottleneck alert's gate (0.5) accepts."""
+    monkeypatch.setattr(tracker_module, "SUSTAINED_MIN_S", 3.0)
+    seen = _run(JitteryCounters(), PipelineSettings(hop_s=0.5, counter_rate_hz=200), 14.0)
+    locked = [s for s in seen if s.locked and s.estimate is not None]
+    assert locked, [s.estimate for s in seen]
+    first = locked[0].time_s
+    young = [s.estimate.confidence for s in locked if s.time_s < first + 3.0]
+    held = [s.estimate.confidence for s in locked if s.time_s >= first + 5.0]
+    assert held, [s.time_s - first for s in locked]
+    assert min(young) < tracker_module.SUSTAINED_CONFIDENCE  # windows' own, lower
+    assert sum(c >= tracker_module.SUSTAINED_CONFIDENCE for c in held) >= 0.6 * len(held)

@@ -33,6 +33,7 @@ def test_two_flows_with_their_own_periods_are_no_confident_step() -> None:
     assert est.period_s == pytest.approx(7.7, rel=0.01)  # the near-common multiple: shown,
     assert est.confidence < 0.5  # but below the alerts' threshold, and said
     assert any("two flows with their own rhythms" in w for w in est.warnings)
+    assert est.period_unsure  # so the live agent never vouches for it, however long held
 
 
 @pytest.mark.parametrize(

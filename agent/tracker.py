@@ -404,7 +404,7 @@ def sustained_confidence(
 
     A window's confidence rates its own comb, z and edge spread: steps whose time spreads
     15-20 % (a congested, network-bound job) keep it at 0.01-0.3 on nearly every window, while
-    the tracker holds their T within 1 % for as long as the job runs. The bottleneck alert
+    the tracker holds their T for as long as the job runs. The bottleneck alert
     wants a confident T in the last 5 minutes, and never fired on such a job (simulated, 16 %
     spread, D 0.64: 20 minutes locked, no window at 0.5). A lock that has held
     ``SUSTAINED_PERIODS`` periods of new traffic, with this window finding the same T, is

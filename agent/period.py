@@ -1879,6 +1879,14 @@ def estimate_period(
         if timing is None and lv is pyramid[0]:
             timing = pulse_timing(samples, lv.dt, period, t0=t0 + lv.start_s)
             timing_method = "pulses"
+        if timing is not None and 1.6 <= timing.bursts_per_period <= 2.4 and _steady(timing, cfg):
+            # Two equal bursts a period, at a steady pace: the lag took two steps for one
+            # (steps of 2.0 or 2.7 s at random, as a collective at full or half rate makes
+            # them, read as 4.7 s: the two-step lags pile up at one sum, each single step's
+            # split in two). Their own mean interval is the step.
+            retimed = edge_timing(samples, lv.dt, timing.step_period_s, t0=t0 + lv.start_s)
+            if retimed is not None and _steady(retimed, cfg):
+                period, timing = timing.step_period_s, retimed
         if timing is None or not 0.6 <= timing.bursts_per_period <= 1.4:
             continue
         held_steps = (
@@ -1886,7 +1894,12 @@ def estimate_period(
             and weak_nsdf
             and _steady_hold(timing, expected_period_s, cfg)
         )
-        if not held_steps and (
+        # Equal bursts, one a step, spreading as a job's steps may: irregular only against a
+        # lag that leans to the commonest step. Steps of two lengths (a collective at full or
+        # half rate, at random: 2.0 and 2.7 s) put the lag at the shorter one, 15 % short,
+        # and every longer step off it; their own mean interval is the step.
+        steady = held_steps or (weak_nsdf and _steady(timing, cfg))
+        if not steady and (
             timing.regular_fraction < cfg.min_regular_fraction
             or timing.interval_cv > cfg.max_interval_cv
         ):
@@ -1899,13 +1912,13 @@ def estimate_period(
         # or agree with their own level's detection of it: pauses in the window (evaluation,
         # checkpoints) move each level's lag differently (0.63, 0.65, 0.73 s on a real job of
         # 0.681 s steps, whose edges read 0.681 s on the level that found 0.65 s).
-        steady = held_steps or (weak_nsdf and _steady(timing, cfg))
         own = [
             d.period_s for d in valid if d.level == level and abs(d.period_s / period - 1.0) <= 0.1
         ]
-        if not any(abs(timing.period_s / p - 1.0) <= 0.05 for p in own) and abs(
-            timing.period_s / period - 1.0
-        ) > (cfg.hold_tolerance if steady else 0.05):
+        if not any(abs(timing.period_s / p - 1.0) <= 0.05 for p in own) and not (
+            abs(timing.period_s / period - 1.0) <= (cfg.hold_tolerance if steady else 0.05)
+            or (steady and abs(timing.step_period_s / period - 1.0) <= cfg.max_interval_cv)
+        ):
             continue
         if accepted is not None and not timing.interval_cv < 0.5 * accepted.interval_cv:
             break  # the finer level's edges were as regular: they time it more finely

@@ -201,3 +201,35 @@ def test_two_driver_reloads_are_not_rates(tmp_path: Path) -> None:
     est = analyze_files(counters=[path]).estimate
     assert est.burst_bandwidth == pytest.approx(10e9, rel=0.02)
     assert not any("look like rates" in w for w in est.warnings)
+
+
+@pytest.mark.parametrize("slow", [0.4, 0.5, 0.65])
+def test_steps_whose_collective_ran_slower_at_random_keep_their_step_and_busy_time(
+    tmp_path: Path, slow: float
+) -> None:
+    """Every step moves the same bytes, but on a random half of the steps the collective runs
+    at ``slow`` of the link rate (flows that collide on one path) and lasts longer. The slower
+    bursts fell in with the background (4.7 GB/s of it under 25 GB/s bursts): T 15 % short,
+    the full-rate steps' length, and D 0.13 for a link busy 45 % of the time; here (no
+    background, exact polls) no T at all. At 0.65 the lag of two steps stood clearer than
+    either single step's (the two-step spans pile up at one sum, the single steps split in
+    two): T read twice the step."""
+    rng = np.random.default_rng(7)
+    rate, full_s, t = 25e9, 0.7, 0.3
+    bursts = []
+    while t < 300.0:
+        factor = float(rng.choice([1.0, slow]))
+        start = t + 1.3 * (1.0 + 0.02 * rng.standard_normal())
+        bursts.append((start, start + full_s / factor, factor * rate))
+        t = bursts[-1][1]
+    b = np.asarray(bursts)
+    inside = b[b[:, 1] <= 300.0]
+    busy = float((inside[:, 1] - inside[:, 0]).sum() / inside[-1, 1])
+    mean_step = float(np.diff(inside[:, 0]).mean())
+    cum = _counter(sample_bursts(b, FS, 300.0)).tolist()
+    path = _write(tmp_path / "c.csv", {"eth0_tx_bytes": cum, "eth0_rx_bytes": cum})
+    est = analyze_files(counters=[path]).estimate
+    assert est.period_s == pytest.approx(mean_step, rel=0.015)
+    assert est.duty_cycle == pytest.approx(busy, abs=0.03)
+    assert est.background_bandwidth == pytest.approx(0.0, abs=0.01 * rate)
+    assert est.bytes_per_iteration == pytest.approx(full_s * rate, rel=0.03)

@@ -1354,10 +1354,16 @@ def _steady_steps(
     # Steps fill the window: bursts confined to part of it (one FSDP step's train of equal
     # layer bursts, with silence after it) are no steps of their own.
     span = float(timing.rising_s[-1] - timing.rising_s[0]) + 2.5 * timing.step_period_s
+    # The candidate's lag leans to the commonest step; steps of two lengths at random (2.0 and
+    # 3.0 s: a collective at full or half rate) put it at the shorter one, 18 % under their
+    # mean, which their spread allows.
     if (
         span >= pyramid[0].samples.size * pyramid[0].dt
         and _steady(timing, cfg)
-        and abs(timing.period_s / det.period_s - 1.0) <= cfg.hold_tolerance
+        and (
+            abs(timing.period_s / det.period_s - 1.0) <= cfg.hold_tolerance
+            or abs(timing.step_period_s / det.period_s - 1.0) <= cfg.max_interval_cv
+        )
     ):
         return _edge_detection(level, lv, timing, prepared[level])
     return None

@@ -6,8 +6,9 @@ in the last 5 minutes. This replays simulated counter recordings through the liv
 loop (``bench/accuracy.py``'s mirror of ``Pipeline._estimate_loop``, hop 1 s), samples what the
 agent exports every 15 s as Prometheus would scrape it, and evaluates that condition at every
 scrape: the share of scrapes where it holds and its longest unbroken run (15 minutes or more:
-the alert fires). Network-bound training jobs (D about 0.64) with growing step spread should
-fire; aperiodic inference traffic never. One table; about 2 minutes per 20-minute stream.
+the alert fires). Network-bound training jobs (D about 0.64) with growing step spread, and
+steps whose collective runs slower on a random half of them (busy 0.56-0.60), should fire; a
+D 0.35 job and aperiodic inference traffic never. One table; about 2 minutes in all.
 
     .venv/bin/python bench/alert_gate.py [--minutes 20] [--seed 3] [--out FILE]
         [--baseline DIR]

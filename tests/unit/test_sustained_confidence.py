@@ -9,7 +9,11 @@ not vouched for, however long they are held.
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
+import yaml
 
 from agent.tracker import (
     LOCK_GAP_GRACE_S,
@@ -21,8 +25,21 @@ from agent.tracker import (
 )
 from tests.unit.test_live_real_jobs import PHASES, _replay
 
-#: The alert's gate: a confidence at least this high in the last 5 minutes.
-ALERT_CONFIDENCE = 0.5
+RULES = Path(__file__).resolve().parents[2] / "deploy" / "prometheus" / "commpulse-rules.yml"
+
+
+def _alert_confidence() -> float:
+    """The bottleneck alert's gate: a confidence at least this high in the last 5 minutes."""
+    groups = yaml.safe_load(RULES.read_text())["groups"]
+    rule = next(
+        r for g in groups for r in g["rules"] if r.get("alert") == "CommpulseNetworkBottleneck"
+    )
+    found = re.search(r"commpulse_period_confidence_ratio\[\w+\]\)\s*>=\s*([0-9.]+)", rule["expr"])
+    assert found, rule["expr"]
+    return float(found.group(1))
+
+
+ALERT_CONFIDENCE = _alert_confidence()
 
 
 def test_a_young_lock_shows_its_windows_confidence() -> None:

@@ -125,10 +125,11 @@ def two_means(x: FloatArray, *, iterations: int = 30) -> tuple[float, float]:
         if hi0 <= lo0:
             continue
         lo, hi = _lloyd(x, lo0, hi0, iterations)
-        upper = x >= 0.5 * (lo + hi)
+        threshold = 0.5 * (lo + hi)
+        upper = x >= threshold
         if k == 0 and np.count_nonzero(upper) >= _SMALL_UPPER * x.size:
             some = x[:: max(1, x.size // _TIER_SAMPLES)]
-            lower = some[some < 0.5 * (lo + hi)]
+            lower = some[some < threshold]
             if not lower.size or not _two_tiers(lower, lo, hi - lo):
                 return lo, hi  # a sizeable on cluster over a plain background: the usual case
         if (lo, hi) in seen:

@@ -158,18 +158,24 @@ def cases(minutes: float, seed: int) -> list[Case]:
     return [*train, *slow, quiet, *inference]
 
 
-def _gate(times: np.ndarray, duty: np.ndarray, conf: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Scrape times and whether the alert's condition holds at each."""
+def _scraped(times: np.ndarray, *series: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Each hop series as Prometheus sees it: the latest value at every scrape."""
     scrapes = np.arange(SCRAPE_S, times[-1] - times[0], SCRAPE_S) + times[0]
     at = np.searchsorted(times, scrapes, side="right") - 1
-    d, c = duty[at], conf[at]
-    holds = np.zeros(scrapes.size, dtype=bool)
-    for i, s in enumerate(scrapes):
-        recent_d = d[(scrapes > s - D_RANGE_S) & (scrapes <= s)]
+    return tuple(x[at] for x in series)
+
+
+def _gate(d: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """Whether the alert's condition holds at each scrape of D (NaN: absent) and confidence."""
+    d_scrapes = round(D_RANGE_S / SCRAPE_S)
+    c_scrapes = round(CONFIDENCE_RANGE_S / SCRAPE_S)
+    holds = np.zeros(d.size, dtype=bool)
+    for i in range(d.size):
+        recent_d = d[max(0, i + 1 - d_scrapes) : i + 1]
         recent_d = recent_d[np.isfinite(recent_d)]
-        recent_c = c[(scrapes > s - CONFIDENCE_RANGE_S) & (scrapes <= s)]
+        recent_c = c[max(0, i + 1 - c_scrapes) : i + 1]
         holds[i] = recent_d.size > 0 and recent_d.min() > 0.5 and recent_c.max() >= 0.5
-    return scrapes, holds
+    return holds
 
 
 def _longest_run_s(holds: np.ndarray) -> float:
@@ -207,16 +213,15 @@ def run_case(acc: ModuleType, case: Case, seconds: float, seed: int) -> GateStat
         [u.duty if u.duty is not None and u.reported_s is not None else np.nan for u in updates]
     )
     conf = np.array([u.confidence for u in updates])
-    scrapes, holds = _gate(times, duty, conf)
-    at = np.searchsorted(times, scrapes, side="right") - 1
-    d = duty[at]
+    d, c = _scraped(times, duty, conf)
+    holds = _gate(d, c)
     present = np.isfinite(d)
     return GateStats(
         case=case,
         truth_d=truth_d,
         d_present=float(present.mean()),
         d_median=float(np.median(d[present])) if present.any() else None,
-        confidence_median=float(np.median(conf[at])),
+        confidence_median=float(np.median(c)),
         passing=float(holds.mean()),
         longest_s=_longest_run_s(holds),
     )

@@ -124,12 +124,9 @@ def poll_cores(
         on, known & ~on & (u >= _EDGE_SHARE), u >= 1.0 - 3.0 * rel_noise
     )
     off_core = erode(off, 1) | _whole_ends(off, on & (u <= 1.0 - _EDGE_SHARE), u <= 3.0 * rel_noise)
-    return (
-        rate[on_core & usable],
-        spans[on_core & usable],
-        rate[off_core & usable],
-        spans[off_core & usable],
-    )
+    on_core &= usable
+    off_core &= usable
+    return rate[on_core], spans[on_core], rate[off_core], spans[off_core]
 
 
 def _whole_ends(
@@ -363,8 +360,10 @@ def _step_floor(
     bins = min(_FOLD_BINS, int(period_s / dt), n // _FOLD_MIN_SAMPLES)
     if bins < 8:
         return None
-    phase = np.mod((t0 + (np.arange(x.size) + 0.5) * dt) / period_s, 1.0)
-    k = np.minimum((phase[finite] * bins).astype(np.int64), bins - 1)
+    phase = (t0 + (np.arange(x.size) + 0.5) * dt) / period_s
+    phase -= np.floor(phase)  # np.mod(phase, 1.0), bit for bit, at half its cost
+    phase *= bins
+    k = np.minimum(phase[finite].astype(np.int64), bins - 1)
     counts = np.bincount(k, minlength=bins)
     if int(counts.min()) < _FOLD_MIN_SAMPLES:
         return None
@@ -556,8 +555,8 @@ def burst_stats(
     # levels are well separated distributions (noisy plateaus: jittery counter refreshes);
     # a known period lowers the bar, since the structure is already established.
     clear = contrast > 0 and contrast >= min_contrast_sigmas * noise
-    apart = separation(values, lo, hi) >= (4.0 if period_s is not None else 6.0)
-    if not (clear or apart) or (period_s is None and not _structured(values, lo, hi)):
+    apart = clear or separation(values, lo, hi) >= (4.0 if period_s is not None else 6.0)
+    if not apart or (period_s is None and not _structured(values, lo, hi)):
         if period_s is not None and contrast > 0:
             return _between_levels(x, finite, dt, period_s, lo, hi, noise)
         return BurstStats(None, lo, hi, None, mean, None, 0, None, None, False, False, noise)

@@ -290,7 +290,8 @@ def _direction_period(
     # Idle before the traffic (a job that started in the window) is cut; idle after it is
     # not: live, the end of the window is now, and traffic that stopped must show.
     grid = grid.from_traffic_start()
-    peak = float(np.nanmax(grid.rate)) if np.isfinite(grid.rate).any() else 0.0
+    peak = float(np.fmax.reduce(grid.rate)) if grid.rate.size else math.nan  # NaN-blind max
+    peak = 0.0 if math.isnan(peak) else peak
     if peak < idle_bytes_per_s:
         # Heartbeats and management chatter can repeat like clockwork (three keep-alives
         # 2 s apart read as a 2 s "training" period); a job's collectives run far faster.

@@ -479,8 +479,8 @@ def _jackknife_z(jackknife: tuple[float, float, int]) -> float:
 def _bartlett_sigma(x: FloatArray, lag: float) -> float:
     """Null σ of an NSDF value from the periodogram floor, the candidate's harmonics masked."""
     n = x.size
-    s = np.abs(np.fft.rfft(x)) ** 2
-    s = s[1:]
+    spec = np.fft.rfft(x)[1:]
+    s = spec.real**2 + spec.imag**2
     if s.size < 4:
         return 1.0
     k = np.arange(1, s.size + 1, dtype=np.float64)

@@ -25,7 +25,7 @@ import math
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["median", "percentiles"]
+__all__ = ["median", "percentiles", "probe_indices"]
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -40,7 +40,7 @@ _BRACKET_SLACK = 4.0
 
 
 @functools.lru_cache(maxsize=32)
-def _probe_indices(n: int) -> npt.NDArray[np.int64]:
+def probe_indices(n: int) -> npt.NDArray[np.int64]:
     """``_PROBE`` indices spread over ``range(n)`` like a random sample, the same every call.
 
     A Weyl sequence (steps of the golden ratio of ``n``) rather than a stride: a periodic series
@@ -63,7 +63,7 @@ def _bracketed(x: FloatArray, ranks: list[int]) -> dict[int, float] | None:
         out[0] = float(x.min())
     if ranks[-1] == n - 1:
         out[n - 1] = float(x.max())
-    probe = np.sort(x[_probe_indices(n)])
+    probe = np.sort(x[probe_indices(n)])
     m = probe.size
     groups: list[tuple[int, int, list[int]]] = []  # probe ranks bounding some wanted ranks
     for r in ranks:
@@ -83,12 +83,14 @@ def _bracketed(x: FloatArray, ranks: list[int]) -> dict[int, float] | None:
         # Ranks [0, below) lie under the bracket, [below, first_inner) on its low end,
         # [first_inner, last_inner) strictly inside, [last_inner, upper) on its high end.
         # Ties (an idle link's zeros) sit on the ends and need no partition.
-        below = int(np.count_nonzero(x < lo))
-        first_inner = below + int(np.count_nonzero(x == lo))
-        upper = n - int(np.count_nonzero(x > hi))
-        last_inner = upper if hi == lo else upper - int(np.count_nonzero(x == hi))
+        under, over = x < lo, x > hi
+        below = int(np.count_nonzero(under))
+        upper = n - int(np.count_nonzero(over))
         if not below <= want[0] <= want[-1] < upper:
             return None
+        between = x[~(under | over)]  # [lo, hi]: a few thousand values
+        first_inner = below + int(np.count_nonzero(between == lo))
+        last_inner = upper if hi == lo else upper - int(np.count_nonzero(between == hi))
         inner = [r for r in want if first_inner <= r < last_inner]
         for r in want:
             if r < first_inner:
@@ -96,7 +98,8 @@ def _bracketed(x: FloatArray, ranks: list[int]) -> dict[int, float] | None:
             elif r >= last_inner:
                 out[r] = hi
         if inner:
-            got = _partitioned(x[(x > lo) & (x < hi)], [r - first_inner for r in inner])
+            strict = between[(between > lo) & (between < hi)]
+            got = _partitioned(strict, [r - first_inner for r in inner])
             for r in inner:
                 out[r] = got[r - first_inner]
     return out

@@ -104,7 +104,7 @@ def test_a_bracket_that_misses_its_rank_falls_back_to_the_full_selection(
 def test_the_probe_spreads_over_every_phase_of_a_period() -> None:
     """A strided probe of a 100-sample period would see one phase; the probe sees them all."""
     for n in (16384, 65536, 65537, 100000, 262144):
-        idx = quantiles._probe_indices(n)
+        idx = quantiles.probe_indices(n)
         assert idx.size == np.unique(idx).size == quantiles._PROBE
         assert idx.min() >= 0
         assert idx.max() < n

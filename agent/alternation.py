@@ -37,10 +37,10 @@ def alternates(rate: FloatArray) -> bool:
     if x is None:
         return False
     y = x - x.mean()
-    power = float(np.dot(y, y))
+    power = float(np.einsum("i,i->", y, y))  # (einsum: no BLAS call, agent/threads.py)
     if power <= 0:
         return False
-    if float(np.dot(y[:-1], y[1:])) / power >= MAX_LAG1:
+    if float(np.einsum("i,i->", y[:-1], y[1:])) / power >= MAX_LAG1:
         return False
     pairs = 0.5 * (x[1:] + x[:-1])
     return float(np.var(pairs)) < MAX_PAIR_VARIANCE * float(np.var(x))

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 from agent import __version__
 from agent.defaults import DEFAULT_PORT
 from agent.errors import CommpulseError, ConfigError, ExportError
+from agent.threads import single_blas_thread
 
 if TYPE_CHECKING:
     from agent.config import Config
@@ -700,6 +701,7 @@ def _cmd_wrap(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``commpulse`` console script."""
+    single_blas_thread()  # before anything imports numpy
     parser = build_parser()
     args = parser.parse_args(argv)
     # The daemon says what it does (start, stop, reload, re-lock: events, not per hop) in the

@@ -26,6 +26,7 @@ import numpy as np
 import numpy.typing as npt
 
 from agent.levels import boxcar, erode, level_noise, separation, two_means
+from agent.quantiles import median
 from agent.rates import PollIntervals
 
 __all__ = [
@@ -381,8 +382,8 @@ def _clipped_mean(values: FloatArray, sigmas: float = 3.0) -> float:
     2-5 polls at 0.05-0.45 of it before each), which the plain mean counted as background
     (2.7 MB/s against 0.05, and bytes per step 22 % low). Noise around the background stays.
     """
-    centre = float(np.median(values))
-    spread = 1.4826 * float(np.median(np.abs(values - centre)))
+    centre = median(values)
+    spread = 1.4826 * median(np.abs(values - centre))
     kept = values[np.abs(values - centre) <= sigmas * spread] if spread > 0 else values
     return float(kept.mean()) if kept.size else centre
 
@@ -603,7 +604,7 @@ def burst_stats(
         # Below the ceiling by more than the noise of the core's mean can explain, too. The
         # median comes first: cheaper than the ceiling's sort, and a plateau's is its mean.
         margin = max(_PARTIAL_CORE * contrast, 4.0 * noise / math.sqrt(core.size))
-        if float(np.median(core)) - core_on > margin:
+        if median(core) - core_on > margin:
             ceiling = _tight_level(core, contrast, floor=False)
             if ceiling is not None and ceiling - core_on > margin:
                 between = _between_levels(x, finite, dt, period_s, lo, hi, noise)

@@ -25,6 +25,7 @@ from agent.period import (
     estimate_period,
     whole_multiple,
 )
+from agent.quantiles import percentiles
 from agent.rates import Direction, GridSeries, active_span, spread_slots
 from agent.regime import IDLE_BYTES_PER_S, RegimeFeatures, classify_regime, collective_shares
 from agent.rhythms import two_rhythms
@@ -565,7 +566,7 @@ def without_pauses(grid: GridSeries, period: PeriodResult) -> GridSeries:
     finite = grid.rate[grid.valid & np.isfinite(grid.rate)]
     if finite.size == 0:
         return grid
-    lo, hi = np.percentile(finite, [5.0, 99.0])
+    lo, hi = percentiles(finite, [5.0, 99.0])
     floor = float(lo) + 0.1 * (float(hi) - float(lo))
     rate, valid = grid.rate.copy(), grid.valid.copy()
     for k in long_gaps.tolist():

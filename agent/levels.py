@@ -55,8 +55,8 @@ _LOWER_TIER = 0.1
 #: Quartiles of the off cluster this share of the contrast apart, one each side of its mean,
 #: are two tiers whatever their shares.
 _TIER_SPREAD = 0.5
-#: That median is taken over every k-th sample, at most this many (the cost of a full one was
-#: half that of the whole 2-means on 64 k samples).
+#: That median is taken over a spread probe of at most this many samples (the cost of a full
+#: one was half that of the whole 2-means on 64 k samples).
 _TIER_SAMPLES = 4096
 
 
@@ -152,7 +152,7 @@ def two_means(x: FloatArray, *, iterations: int = 30) -> tuple[float, float]:
         threshold = 0.5 * (lo + hi)
         upper = x >= threshold
         if k == 0 and np.count_nonzero(upper) >= _SMALL_UPPER * x.size:
-            some = x[:: max(1, x.size // _TIER_SAMPLES)]
+            some = x[probe_indices(x.size, _TIER_SAMPLES)]  # (a stride may see one phase)
             lower = some[some < threshold]
             if not lower.size or not _two_tiers(lower, lo, hi - lo):
                 return lo, hi  # a sizeable on cluster over a plain background: the usual case

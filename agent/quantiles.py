@@ -32,25 +32,28 @@ FloatArray = npt.NDArray[np.float64]
 
 #: Samples in the probe that brackets the wanted ranks of a long array.
 _PROBE = 2048
-#: Arrays at least this long are bracketed first (below it one partition costs less).
-_BRACKET_FROM = 16384
+#: Arrays at least this long are bracketed first (below it one partition costs about as much).
+_BRACKET_FROM = 8192
 #: Half-width of a bracket: standard errors of the probe's quantile, and probe samples more.
 _BRACKET_SIGMAS = 3.5
 _BRACKET_SLACK = 4.0
 
 
 @functools.lru_cache(maxsize=32)
-def probe_indices(n: int) -> npt.NDArray[np.int64]:
-    """``_PROBE`` indices spread over ``range(n)`` like a random sample, the same every call.
+def probe_indices(n: int, count: int = _PROBE) -> npt.NDArray[np.int64]:
+    """``count`` distinct indices spread over ``range(n)``, the same every call (or all of them).
 
-    A Weyl sequence (steps of the golden ratio of ``n``) rather than a stride: a periodic series
-    sampled every k-th value sees one phase of a period that divides k, and its quantiles
-    then miss the bracket every time.
+    Spread like a random sample: a Weyl sequence (steps of the golden ratio of ``n``), not a
+    stride; a periodic series sampled every k-th value sees one phase of a period that divides
+    k, and its quantiles then miss the bracket every time.
     """
-    step = round(n * 0.6180339887498949) | 1
-    while math.gcd(step, n) != 1:
-        step += 2
-    idx = (np.arange(_PROBE, dtype=np.int64) * step) % n
+    if count >= n:
+        idx = np.arange(n, dtype=np.int64)
+    else:
+        step = round(n * 0.6180339887498949) | 1
+        while math.gcd(step, n) != 1:
+            step += 2
+        idx = (np.arange(count, dtype=np.int64) * step) % n
     idx.flags.writeable = False
     return idx
 

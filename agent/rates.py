@@ -386,7 +386,7 @@ def stale_reads(deltas: FloatArray, *, refresh: int | None = None) -> BoolArray:
         longest = max(longest, round(1.5 * refresh))
     else:
         local = boxcar(clean, 21)
-        busy = finite & (local > 0.05 * float(np.percentile(local, 99)))
+        busy = finite & (local > 0.05 * float(percentiles(local, [99.0])[0]))
         if busy.sum() < 8:
             return stale
         if float(zero[busy].mean()) < CHUNKY_ZERO_FRACTION:

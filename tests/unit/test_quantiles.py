@@ -65,7 +65,7 @@ def _long_shapes() -> dict[str, np.ndarray]:
         "heavy tail": rng.lognormal(0.0, 3.0, n),
         "sorted": np.sort(rng.random(n)),
         "odd length": rng.standard_normal(n + 1),
-        "just over the bracketing size": rng.standard_normal(16385),
+        "just over the bracketing size": rng.standard_normal(quantiles._BRACKET_FROM + 1),
     }
 
 
@@ -74,9 +74,9 @@ def test_long_arrays_are_exact_through_the_bracketed_selection(
 ) -> None:
     q = [0.0, 0.01, 1.0, 25.0, 50.0, 75.0, 95.0, 99.0, 99.9, 100.0]
     whole = []
-    full = quantiles._partitioned
+    full, size = quantiles._partitioned, quantiles._BRACKET_FROM
     monkeypatch.setattr(
-        quantiles, "_partitioned", lambda x, r: whole.append(x.size > 16384) or full(x, r)
+        quantiles, "_partitioned", lambda x, r: whole.append(x.size > size) or full(x, r)
     )
     for name, x in _long_shapes().items():
         assert median(x) == float(np.median(x)), name
@@ -98,14 +98,16 @@ def test_a_bracket_that_misses_its_rank_falls_back_to_the_full_selection(
         assert np.array_equal(
             percentiles(x, [1.0, 50.0, 99.9]), np.percentile(x, [1.0, 50.0, 99.9])
         )
-    assert max(calls) >= 16385  # the full selection did run
+    assert max(calls) > quantiles._BRACKET_FROM  # the full selection did run
 
 
 def test_the_probe_spreads_over_every_phase_of_a_period() -> None:
     """A strided probe of a 100-sample period would see one phase; the probe sees them all."""
-    for n in (16384, 65536, 65537, 100000, 262144):
+    for n in (8192, 16384, 65536, 65537, 100000, 262144):
         idx = quantiles.probe_indices(n)
         assert idx.size == np.unique(idx).size == quantiles._PROBE
         assert idx.min() >= 0
         assert idx.max() < n
         assert np.unique(idx % 100).size == 100
+        assert np.unique(idx % 16).size == 16
+    assert np.array_equal(quantiles.probe_indices(1000, 4096), np.arange(1000))

@@ -188,15 +188,13 @@ def level_noise(x: FloatArray, lo: float, hi: float) -> float:
     if x.size < 3 or hi <= lo:
         return robust_noise(x)
     quarter = 0.25 * (hi - lo)
-    a, b = x[:-1], x[1:]
+    low, high = x <= lo + quarter, x >= hi - quarter
+    steps = np.abs(np.diff(x))  # |a - b| is |b - a| exactly
     sigmas = []
-    for both in (
-        (a <= lo + quarter) & (b <= lo + quarter),
-        (a >= hi - quarter) & (b >= hi - quarter),
-    ):
-        if int(both.sum()) >= 10:
-            d = np.abs(a[both] - b[both])
-            sigmas.append(float(1.4826 * median(d) / np.sqrt(2.0)))
+    for side in (low, high):
+        both = side[:-1] & side[1:]
+        if int(np.count_nonzero(both)) >= 10:
+            sigmas.append(float(1.4826 * median(steps[both]) / np.sqrt(2.0)))
     return max(sigmas) if sigmas else robust_noise(x)
 
 

@@ -29,6 +29,7 @@ from agent.estimate import (
     busier_direction,
     estimate,
     other_direction_note,
+    timed_confidence,
 )
 from agent.rates import (
     Direction,
@@ -1174,6 +1175,7 @@ def analyze_files(
         est = replace(est, warnings=(*est.warnings, _no_coll_note(summary)))
         if not network:
             est = replace(est, regime="unknown")  # a log without COLL lines is no idle host
+    est = replace(est, confidence=timed_confidence(est))
     extra["arrivals"] = arrivals_json(inputs, est)
     extra["sharding"] = None
     if summary is not None:

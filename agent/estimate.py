@@ -31,6 +31,7 @@ from agent.regime import IDLE_BYTES_PER_S, RegimeFeatures, classify_regime, coll
 from agent.rhythms import two_rhythms
 from agent.separation import DutySplit, best_signal, gpu_windows, split_duty
 from agent.sharding import steps_spanned
+from agent.tracker import SUSTAINED_CONFIDENCE
 
 __all__ = [
     "CollectiveMix",
@@ -1191,6 +1192,41 @@ def estimate(
         burst_detail=bursts,
         period_direction=period_direction,
     )
+
+
+#: Steps, counted by their bursts' edges, that time T well enough to vouch for it ...
+TIMED_STEPS = 32
+#: ... when their spread leaves the mean step this uncertain (relative standard error).
+TIMED_REL_ERROR = 0.02
+
+
+def timed_confidence(est: Estimate) -> float:
+    """The confidence ``analyze`` shows for a T timed over many steps: the window's, or more.
+
+    A window's confidence rates its comb, z and edge spread, and steps that spread 15-20 %
+    keep it at 0.07-0.26 however many there are: ``analyze`` of real DDP and FSDP jobs of 42
+    to 118 steps read their T within 0.3-2.2 % of the mean step at confidence 0.07, 0.08,
+    0.10 and 0.26. Over ``TIMED_STEPS`` steps or more, with the edges giving T to within
+    ``TIMED_REL_ERROR``, T is shown at ``SUSTAINED_CONFIDENCE`` at least, the level the live
+    agent shows a lock held that long at (:func:`agent.tracker.sustained_confidence`). A T
+    marked unsure (a refresh alias, two flows, a poll swing) is left as it is.
+
+    Offline only: live, a window of many regular layer bursts (an FSDP step's inner rhythm,
+    when a jittery step hides the step itself) would lock the layers at once; there the
+    tracker's own rule vouches for what it has held.
+    """
+    detail = est.period_detail
+    if (
+        est.period_s is None
+        or est.period_unsure
+        or detail is None
+        or detail.interval_cv is None
+        or not math.isfinite(detail.interval_cv)
+        or est.period_cycles < TIMED_STEPS
+        or est.period_rel_error > TIMED_REL_ERROR
+    ):
+        return est.confidence
+    return max(est.confidence, SUSTAINED_CONFIDENCE)
 
 
 def _trains_in_window(inputs: EstimateInputs, recent: Estimate) -> bool:

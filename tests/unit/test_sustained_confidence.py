@@ -9,12 +9,18 @@ not vouched for, however long they are held.
 
 from __future__ import annotations
 
+import gzip
+import json
 import re
+from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 
+from agent.analyze import analyze_files
+from agent.estimate import TIMED_STEPS, timed_confidence
 from agent.tracker import (
     LOCK_GAP_GRACE_S,
     SUSTAINED_CONFIDENCE,
@@ -98,3 +104,47 @@ def test_a_lock_keeps_its_age_through_a_short_loss_but_not_a_long_one() -> None:
     assert age.update(40.5 + LOCK_GAP_GRACE_S, locked=True) == 0.0
     age.reset()  # the job stopped
     assert age.update(60.0, locked=True) == 0.0
+
+
+# --- Offline: a T timed over many steps (agent.estimate.timed_confidence) ---------------------
+
+FIXTURES = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "counters"
+
+
+def _mean_step(name: str) -> float:
+    """The recording's mean step from rank 0's step ends, warm-up and pauses left out."""
+    truth = json.loads((FIXTURES / f"{name}.truth.json").read_text())
+    steps = np.diff(np.asarray(truth["step_end_s"])[max(0, truth["warmup_steps"] - 1) :])
+    return float(steps[steps <= 2.0 * np.median(steps)].mean())
+
+
+@pytest.mark.parametrize(
+    "name", ["ddp-gloo-jitter20", "ddp-gloo-jittery", "ddp-gloo-pauses", "fsdp-gloo-jittery"]
+)
+def test_analyze_vouches_for_a_jittery_real_job_timed_over_many_steps(name: str) -> None:
+    """42-118 steps spreading 8-20 %: T was right and shown at confidence 0.07-0.26, under
+    the alert's gate; timed over that many steps it is shown at the sustained confidence."""
+    est = analyze_files(counters=[FIXTURES / f"{name}.csv.gz"]).estimate
+    assert est.period_s == pytest.approx(_mean_step(name), rel=0.03)
+    assert est.period_cycles >= TIMED_STEPS
+    assert est.confidence >= ALERT_CONFIDENCE
+
+
+def test_a_few_jittery_steps_keep_their_own_low_confidence(tmp_path: Path) -> None:
+    """18 s from 30 s into the 20 %-spread job: 27 steps, T less certain, not vouched for."""
+    with gzip.open(FIXTURES / "ddp-gloo-jitter20.csv.gz", "rt") as fh:
+        lines = fh.read().splitlines()
+    short = tmp_path / "18s.csv"
+    short.write_text("\n".join([lines[0], *lines[3001:4801]]) + "\n")  # 100 Hz polls
+    est = analyze_files(counters=[short]).estimate
+    assert est.period_s is not None
+    assert est.period_cycles < TIMED_STEPS
+    assert est.confidence < ALERT_CONFIDENCE
+
+
+def test_an_unsure_period_is_not_vouched_for_however_many_steps_time_it() -> None:
+    est = analyze_files(counters=[FIXTURES / "ddp-gloo-jitter20.csv.gz"]).estimate
+    low = replace(est, confidence=0.07)
+    assert timed_confidence(low) == SUSTAINED_CONFIDENCE
+    assert timed_confidence(replace(low, period_unsure=True)) == 0.07
+    assert timed_confidence(replace(low, period_cycles=TIMED_STEPS - 1.0)) == 0.07

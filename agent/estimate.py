@@ -1196,24 +1196,28 @@ def estimate(
 
 #: Steps, counted by their bursts' edges, that time T well enough to vouch for it ...
 TIMED_STEPS = 32
-#: ... when their spread leaves the mean step this uncertain (relative standard error).
+#: ... when their spread leaves the mean step this uncertain (relative standard error) ...
 TIMED_REL_ERROR = 0.02
+#: ... and no interval between them is this many typical (median) intervals long.
+TIMED_LONGEST = 1.75
 
 
 def timed_confidence(est: Estimate) -> float:
     """The confidence ``analyze`` shows for a T timed over many steps: the window's, or more.
 
     A window's confidence rates its comb, z and edge spread, and steps that spread 15-20 %
-    keep it at 0.07-0.26 however many there are: ``analyze`` of real DDP and FSDP jobs of 42
-    to 118 steps read their T within 0.3-2.2 % of the mean step at confidence 0.07, 0.08,
-    0.10 and 0.26. Over ``TIMED_STEPS`` steps or more, with the edges giving T to within
+    keep it low however many there are: ``analyze`` of real DDP jobs of 53 to 145 steps
+    spreading 10-20 % read their T within 0.3-0.4 % of the mean step at confidence 0.07,
+    0.08 and 0.25. Over ``TIMED_STEPS`` steps or more, with the edges giving T to within
     ``TIMED_REL_ERROR``, T is shown at ``SUSTAINED_CONFIDENCE`` at least, the level the live
     agent shows a lock held that long at (:func:`agent.tracker.sustained_confidence`). A T
     marked unsure (a refresh alias, two flows, a poll swing) is left as it is.
 
-    Offline only: live, a window of many regular layer bursts (an FSDP step's inner rhythm,
-    when a jittery step hides the step itself) would lock the layers at once; there the
-    tracker's own rule vouches for what it has held.
+    Steps come one after another: where a rhythm stops for a while (``TIMED_LONGEST``), its
+    bursts may be the layers of a longer step that the window does not show (10-20 s of a
+    real jittery FSDP job read its 0.11 s layers, trains of seven with gaps of four to five
+    between them), or a job's pauses; such a T keeps its own confidence. Offline only: live,
+    the tracker's own rule vouches for what it has held.
     """
     detail = est.period_detail
     if (
@@ -1222,9 +1226,14 @@ def timed_confidence(est: Estimate) -> float:
         or detail is None
         or detail.interval_cv is None
         or not math.isfinite(detail.interval_cv)
+        or detail.rising_edges_s is None
+        or detail.rising_edges_s.size < TIMED_STEPS
         or est.period_cycles < TIMED_STEPS
         or est.period_rel_error > TIMED_REL_ERROR
     ):
+        return est.confidence
+    intervals = np.diff(detail.rising_edges_s)
+    if float(intervals.max()) > TIMED_LONGEST * float(np.median(intervals)):
         return est.confidence
     return max(est.confidence, SUSTAINED_CONFIDENCE)
 

@@ -20,6 +20,7 @@ __all__ = [
     "boxcar",
     "erode",
     "level_noise",
+    "lowest_tier",
     "robust_noise",
     "separation",
     "two_means",
@@ -165,6 +166,42 @@ def two_means(x: FloatArray, *, iterations: int = 30) -> tuple[float, float]:
     if best is None:  # (nearly) constant: no two levels
         return lo0, float(first[1])
     return best
+
+
+#: A tier of bursts must stand this share of the two levels' contrast above the background ...
+_TIER_MIN = 0.25
+#: ... and apart from the cluster beside it by this many of their σ (:func:`separation`; a
+#: unimodal spread split in two scores about 2.7-3.5).
+_TIER_SEPARATION = 4.0
+
+
+def lowest_tier(x: FloatArray, lo: float, hi: float) -> tuple[float, float] | None:
+    """(background, lowest tier of bursts) where 2-means levels ``lo``, ``hi`` hide a third.
+
+    Bursts of two heights (a collective at full rate on some steps and at 0.4 of it on
+    others, as colliding flows make it) are split by 2-means where their costs say: the lower
+    ones in with the background, or both in the on cluster, whose level then lies between
+    them. Either way the edges of the lower bursts are not found, and a third of a job's
+    steps went missing from its timing. A tier is a second cluster on either side, well
+    separated from its neighbour and ``_TIER_MIN`` of the contrast clear of the background;
+    None where there is none.
+    """
+    contrast = hi - lo
+    if contrast <= 0 or x.size < 32:
+        return None
+    threshold = 0.5 * (lo + hi)
+    lower, upper = x[x < threshold], x[x >= threshold]
+    for side in (lower, upper):
+        if side.size < 16:
+            continue
+        a, b = two_means(side)
+        if b - a < _TIER_MIN * contrast or separation(side, a, b) < _TIER_SEPARATION:
+            continue
+        background = a if side is lower else lo
+        tier = b if side is lower else a
+        if tier - background >= _TIER_MIN * contrast:
+            return background, tier
+    return None
 
 
 def robust_noise(x: FloatArray) -> float:

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from agent.bursts import burst_stats, step_silence
 from agent.estimate import EstimateInputs, estimate
-from agent.levels import erode, two_means
+from agent.levels import erode, lowest_tier, two_means
 from agent.rates import GridSeries, grid_from_cumulative
 from agent.simulator.sampling import Cumulative
 from tests.signals import periodic_bursts, pipeline_stage, sample_bursts, square_wave
@@ -445,3 +445,20 @@ def test_a_lower_tier_of_bursts_is_not_taken_for_background() -> None:
     lo, hi = two_means(rng.permutation(y + rng.normal(0.0, 0.5e9, y.size)))
     assert lo == pytest.approx(1e9, rel=0.02)
     assert hi == pytest.approx(25e9, rel=0.01)
+
+
+def test_the_lowest_tier_of_bursts_is_found_on_either_side_of_the_two_means() -> None:
+    """Bursts at 0.4 of the rate beside full-rate ones, idle between: whichever cluster 2-means
+    put them in, the edges can be found between the background and them."""
+    rng = np.random.default_rng(5)
+    for slow_share in (1500, 3000):  # the slow tier under or over the 2-means midpoint
+        x = np.concatenate((np.zeros(5500), np.full(slow_share, 10e9), np.full(3000, 25e9)))
+        x = rng.permutation(x + rng.normal(0.0, 0.05e9, x.size))
+        found = lowest_tier(x, *two_means(x))
+        assert found is not None
+        assert found[0] == pytest.approx(0.0, abs=0.1e9)
+        assert found[1] == pytest.approx(10e9, rel=0.02)
+    # One height of bursts, over a noisy background: no tier.
+    y = np.concatenate((np.full(7000, 1e9), np.full(3000, 25e9)))
+    y = rng.permutation(y + rng.normal(0.0, 0.5e9, y.size))
+    assert lowest_tier(y, *two_means(y)) is None

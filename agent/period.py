@@ -1914,9 +1914,21 @@ def estimate_period(
         if timing is not None and timing.bursts_per_period < 0.6 and timing_method == "edges":
             # Fewer bursts than periods: bursts of two heights may have left the lower ones
             # under the edges' levels (a third of the steps' collective at 0.4 of the rate:
-            # the others alone timed T 14 % short). Their lowest tier is timed instead.
+            # the others alone timed T 14 % short). Their lowest tier is timed instead, where
+            # it gives steps (irregular ones would reject a period the other levels or the
+            # calls may still confirm: a MoE log's 3 T, which its calls' order overrules).
             tiered = _tier_timing(samples, lv.dt, period, t0 + lv.start_s)
-            if tiered is not None and 0.6 <= tiered.bursts_per_period <= 1.4:
+            if (
+                tiered is not None
+                and 0.6 <= tiered.bursts_per_period <= 1.4
+                and (
+                    _steady(tiered, cfg)
+                    or (
+                        tiered.regular_fraction >= cfg.min_regular_fraction
+                        and tiered.interval_cv <= cfg.max_interval_cv
+                    )
+                )
+            ):
                 timing = tiered
         if timing is not None and 1.6 <= timing.bursts_per_period <= 2.4 and _steady(timing, cfg):
             # Two equal bursts a period, at a steady pace: the lag took two steps for one

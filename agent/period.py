@@ -1265,8 +1265,7 @@ def _held(
     steady: tuple[int, PyramidLevel, EdgeTiming] | None = None
     for level, lv, timing in _one_burst_levels(pyramid, expected_s, t0):
         if (
-            timing.regular_fraction < cfg.min_regular_fraction
-            or timing.interval_cv > cfg.max_interval_cv
+            not _regular(timing, cfg)
             or timing.cycles < cfg.few_cycles
             or abs(timing.period_s / expected_s - 1.0) > cfg.hold_tolerance
             or _all_interval_cv(timing.rising_s, expected_s) > cfg.hold_max_cv
@@ -1319,6 +1318,18 @@ def _steady_hold(timing: EdgeTiming, expected_s: float, cfg: DetectorSettings) -
         _equal_steps(timing, cfg)
         and timing.step_cv <= cfg.hold_steady_cv
         and abs(timing.step_period_s / expected_s - 1.0) <= cfg.hold_tolerance
+    )
+
+
+def _regular(timing: EdgeTiming, cfg: DetectorSettings) -> bool:
+    """Whether the bursts repeat at the period as any accepted period's must.
+
+    Mostly at whole multiples of it (``min_regular_fraction``), with those intervals spreading
+    within ``max_interval_cv``.
+    """
+    return (
+        timing.regular_fraction >= cfg.min_regular_fraction
+        and timing.interval_cv <= cfg.max_interval_cv
     )
 
 
@@ -1921,13 +1932,7 @@ def estimate_period(
             if (
                 tiered is not None
                 and 0.6 <= tiered.bursts_per_period <= 1.4
-                and (
-                    _steady(tiered, cfg)
-                    or (
-                        tiered.regular_fraction >= cfg.min_regular_fraction
-                        and tiered.interval_cv <= cfg.max_interval_cv
-                    )
-                )
+                and (_steady(tiered, cfg) or _regular(tiered, cfg))
             ):
                 timing = tiered
         if timing is not None and 1.6 <= timing.bursts_per_period <= 2.4 and _steady(timing, cfg):
@@ -1952,10 +1957,7 @@ def estimate_period(
         steady = held_steps or (
             (weak_nsdf or timing.mass_cv <= cfg.equal_mass_cv) and _steady(timing, cfg)
         )
-        if not steady and (
-            timing.regular_fraction < cfg.min_regular_fraction
-            or timing.interval_cv > cfg.max_interval_cv
-        ):
+        if not steady and not _regular(timing, cfg):
             if irregular is None:
                 irregular, irregular_method = timing, timing_method
             continue

@@ -46,6 +46,7 @@ import numpy as np
 import numpy.typing as npt
 
 from agent.arrivals import Percentiles, percentiles_json
+from agent.ascending import finite_ascending
 
 __all__ = [
     "DEFAULT_LATENCY_S",
@@ -136,7 +137,7 @@ def steps_spanned(times_s: FloatArray, period_s: float, resolution_s: float = 0.
     ``PAUSE_PERIODS`` periods (and two of the times' ``resolution_s``: whole-second times
     of 0.45 s steps are a second apart) counts its own span's steps.
     """
-    t = np.sort(times_s[np.isfinite(times_s)])
+    t = finite_ascending(times_s)
     if t.size == 0 or not (period_s > 0):
         return 0
     cuts = np.flatnonzero(np.diff(t) > PAUSE_PERIODS * period_s + 2.0 * resolution_s) + 1
@@ -154,10 +155,9 @@ def calls_per_step(times_s: FloatArray, period_s: float) -> tuple[float | None, 
     the next, so the median of the windows, not a mean, is reported (most boundaries fall in
     the gap between steps when the train is shorter than T).
     """
-    t = times_s[np.isfinite(times_s)]
+    t = finite_ascending(times_s)
     if t.size < 2 or not (period_s > 0):
         return None, 0
-    t = np.sort(t)
     steps = int((t[-1] - t[0]) // period_s)
     if steps < 1:
         return None, 0
@@ -190,8 +190,7 @@ def layer_gap(times_s: FloatArray, period_s: float | None) -> float | None:
     Without T every gap counts; one step boundary per train of tens of layers barely moves a
     median.
     """
-    t = np.sort(times_s[np.isfinite(times_s)])
-    gaps = np.diff(t)
+    gaps = np.diff(finite_ascending(times_s))
     if period_s is not None and period_s > 0:
         gaps = gaps[gaps < STEP_GAP_FRACTION * period_s]
     if gaps.size < MIN_GAPS:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from agent.ascending import finite_ascending
 from agent.period import edge_timing, estimate_period
 from agent.rates import GridSeries
 
@@ -337,7 +338,7 @@ def longest_gap_s(grid: GridSeries, threshold: float) -> float:
 
 def longest_event_gap_s(times: npt.NDArray[np.float64]) -> float:
     """The longest interval between consecutive timed events (NCCL calls): their pauses."""
-    t = np.sort(times[np.isfinite(times)])
+    t = finite_ascending(times)
     return float(np.diff(t).max()) if t.size >= 2 else 0.0
 
 

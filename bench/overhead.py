@@ -123,7 +123,9 @@ def _import_rss() -> float:
         "print([l for l in pathlib.Path('/proc/self/status').read_text().splitlines() "
         "if l.startswith('VmHWM')][0].split()[1])"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT
+    )
     return int(out.stdout.strip()) / 1024
 
 
@@ -166,6 +168,7 @@ def _measure(
     daemon = subprocess.Popen(
         [sys.executable, "-m", "agent", "run", "--config", str(config)],
         env={**os.environ, "PYTHONPATH": str(ROOT)},
+        cwd=ROOT,  # `-m` puts the working directory first: another checkout's agent there won
     )
     url = f"http://127.0.0.1:{metrics_port}/metrics"
     text = ""

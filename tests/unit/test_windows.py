@@ -15,7 +15,7 @@ from agent.tracker import (
     periods_kept_after_lost_lock,
 )
 from agent.windows import FORGET_COLUMN_AFTER_S, CollectiveWindow, CounterWindow, GpuWindow, Ring
-from collectors._base import CollectiveCall, CounterReading, GpuReading
+from collectors._base import CallBatch, CallKey, CollectiveCall, CounterReading, GpuReading
 
 
 def test_ring_keeps_the_newest_rows_in_order() -> None:
@@ -407,3 +407,36 @@ def test_a_released_lock_comes_back_at_once_only_for_the_same_period() -> None:
     assert tr.update(1.5).period_s == 1.5
     tr.release()
     assert tr.update(1.5).period_s == 1.5  # the last released period, not an older one
+
+
+def _calls(times: np.ndarray) -> CallBatch:
+    """A tailer's batch of one process's calls: AllReduce (the step's marker), two others."""
+    keys = tuple(CallKey(op, "h:1", "0x1", 8, -1, 0) for op in ("AllReduce", "AllGather", "Bcast"))
+    return CallBatch(
+        times=times,
+        s_bytes=np.full(times.size, 4096.0),
+        ops={"AllReduce": (times.size, 4096 * times.size)},
+        nranks=8,
+        processes=frozenset({"h:1"}),
+        key_ids=np.tile(np.arange(3, dtype=np.int32), times.size // 3),
+        keys=keys,
+    )
+
+
+@pytest.mark.parametrize("blocks_last", [True, False])
+def test_lines_timed_in_blocks_are_judged_on_the_newest_calls(
+    monkeypatch: pytest.MonkeyPatch, blocks_last: bool
+) -> None:
+    """How the lines reach the file is read from the newest calls (``BLOCKS_CALLS``): a log
+    that went from line by line to 4 KiB blocks (a job restarted behind a pipe) is coarse,
+    and the other way round it is fine again, without waiting for the old calls to leave."""
+    monkeypatch.setattr(CollectiveWindow, "BLOCKS_CALLS", 600)
+    fine = 100.0 + np.arange(900) * 0.017  # 3 calls a step, each timed
+    blocks = 120.0 + np.repeat(np.arange(60) * 2.0, 12)  # 4 steps a block, blocks 2 s apart
+    c = CollectiveWindow(10_000)
+    for part in (fine, blocks) if blocks_last else (blocks - 100.0, fine + 200.0):
+        c.add_batch(_calls(part))
+    mix = c.mix()
+    assert mix is not None
+    assert mix.call_times.size == 1620
+    assert mix.time_resolution_s == (pytest.approx(2.0) if blocks_last else 0.0)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import itertools
 import math
+import os
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -1055,20 +1056,41 @@ def _dt(grids: Mapping[Direction, GridSeries]) -> float:
     return next(iter(grids.values())).dt
 
 
+#: What :func:`analyze_files` takes for each kind of input: one path, or several.
+PathsArg = str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
+
+
+def _paths(given: PathsArg, what: str) -> list[Path]:
+    """``given`` as a list of paths: a single path (str or Path) is one file, not its letters."""
+    if isinstance(given, str | os.PathLike):
+        return [Path(given)]
+    try:
+        return [Path(item) for item in given]
+    except TypeError:
+        raise TypeError(
+            f"analyze_files({what}=...) takes a path or a sequence of paths, "
+            f"not {type(given).__name__}"
+        ) from None
+
+
 def analyze_files(
     *,
-    counters: Sequence[Path] = (),
-    gpu: Sequence[Path] = (),
-    nccl_logs: Sequence[Path] = (),
-    pcaps: Sequence[Path] = (),
-    inspector: Sequence[Path] = (),
+    counters: PathsArg = (),
+    gpu: PathsArg = (),
+    nccl_logs: PathsArg = (),
+    pcaps: PathsArg = (),
+    inspector: PathsArg = (),
     collective_latency_s: float | None = None,
 ) -> AnalysisResult:
     """Read the given files and estimate. Raises :class:`InputFormatError` on bad input.
 
+    Each input takes one path or a sequence of them (``str`` or ``Path``).
     ``collective_latency_s`` is the per-collective latency of the ``sharding`` latency share
     (default: the Inspector's P50 kernel time when given, else 10 µs).
     """
+    counters, gpu = _paths(counters, "counters"), _paths(gpu, "gpu")
+    nccl_logs, pcaps = _paths(nccl_logs, "nccl_logs"), _paths(pcaps, "pcaps")
+    inspector = _paths(inspector, "inspector")
     sources: dict[str, list[str]] = {}
     extra: dict[str, Any] = {}
     capture_notes: list[str] = []

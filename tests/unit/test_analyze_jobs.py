@@ -295,3 +295,16 @@ def test_a_bond_beside_other_interfaces_is_said(tmp_path: Path) -> None:
     assert any("bond0 beside other interfaces" in w for w in est.warnings)
     _renamed(path, ("bond0_rx_bytes", "bond0_tx_bytes"))
     assert not any("bond" in w for w in analyze_files(counters=[path]).estimate.warnings)
+
+
+def test_a_single_path_as_a_string_or_path_is_one_file() -> None:
+    """The Python API takes one path where a list is expected: a str must not be read as a
+    sequence of one-letter file names, nor a Path fail deep inside the readers."""
+    path = FIXTURES / "ddp-gloo-commbound.csv.gz"
+    listed = analyze_files(counters=[path]).estimate
+    for given in (str(path), path, [str(path)], (path,)):
+        est = analyze_files(counters=given).estimate
+        assert est.period_s == listed.period_s
+        assert est.duty_cycle == listed.duty_cycle
+    with pytest.raises(TypeError, match=r"counters=.*path or a sequence of paths, not int"):
+        analyze_files(counters=3)  # type: ignore[arg-type]

@@ -114,6 +114,17 @@ DECISIVE_SPREADS = 6.0
 DECISIVE_RUN = 2
 #: Fewest older intervals (at about the locked period) that measure that spread.
 DECISIVE_HISTORY = 6
+#: A run of new intervals is no new step time when this share of the older ones in the
+#: window were as long (or as short): steps of 2.0 or 3.0 s at random (a collective at full or
+#: half rate) make three 3.0 s steps in a row every eighth step or so, and each such run
+#: re-locked to 3.0 s, cut the window and lost the lock a few hops later.
+TYPICAL_SHARE = 0.2
+#: Fewest older intervals that say what is typical.
+TYPICAL_HISTORY = 4
+#: The step-change watch's tolerances: a run's intervals agree within ``STEP_AGREE`` of their
+#: mean, which differs from the lock by more than ``STEP_DIFFER``.
+STEP_AGREE = 0.08
+STEP_DIFFER = 0.1
 
 
 def _locked_spread(gaps: npt.NDArray[np.float64], locked_s: float) -> float | None:
@@ -130,8 +141,8 @@ def step_change(
     locked_s: float,
     *,
     min_intervals: int = 3,
-    agree: float = 0.08,
-    differ: float = 0.1,
+    agree: float = STEP_AGREE,
+    differ: float = STEP_DIFFER,
     max_ratio: float = STEP_RATIO,
     falling_s: npt.NDArray[np.float64] | None = None,
     history: tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]] | None = None,
@@ -194,7 +205,22 @@ def step_change(
     # off the lock by three times its own spread as well.
     if abs(period / locked_s - 1.0) <= 3.0 * float(tail.std()) / period:
         return None
+    # ... and be new: not what the older steps often were. (The interval before the run may
+    # straddle the change, part old and part new: left out.)
+    if _typical(gaps[: -run - 1], period, agree):
+        return None
     return StepChange(period, float(rising_s[-run - 1]), float(rising_s[-1]), run)
+
+
+def _typical(older: npt.NDArray[np.float64], period_s: float, agree: float) -> bool:
+    """Whether the older steps were often like a run at ``period_s``: a chance run, not new.
+
+    ``TYPICAL_SHARE`` of the ``older`` intervals within ``agree`` of ``period_s`` (missed
+    bursts, intervals of two steps, do not count as like a longer run).
+    """
+    if older.size < TYPICAL_HISTORY:
+        return False
+    return float(np.mean(np.abs(older / period_s - 1.0) <= agree)) >= TYPICAL_SHARE
 
 
 @dataclass(frozen=True)
@@ -292,6 +318,12 @@ def watch_recent(
     timing = edge_timing(grid.rate, grid.dt, locked_s, t0=grid.t0)
     if timing is None:
         return RecentWatch(shown, since_s=recent.t0 if shown is not None else None)
+    if shown is not None and edges_from is not None and abs(shown / locked_s - 1.0) > STEP_DIFFER:
+        # A short window of a few steps that happen to be slow ones (steps of 2.0 or 3.0 s at
+        # random) shows 3.0 s: no new step time when the older steps were often that long.
+        rises = timing.rising_s
+        if _typical(np.diff(rises[rises < recent.t0]), shown, STEP_AGREE):
+            shown = None
     step = step_change(timing.rising_s, locked_s, falling_s=timing.falling_s)
     if step is not None and step.decisive and history_from is not None:
         long = edge_timing(history_from.rate, history_from.dt, locked_s, t0=history_from.t0)

@@ -321,3 +321,45 @@ def test_the_step_is_found_once_the_window_holds_enough_trains(step: float) -> N
     mix = _train_mix([0.05 + step * k for k in range(8)], spacing=0.004)
     est = estimate(EstimateInputs(collectives=mix))
     assert est.period_s == pytest.approx(step, rel=0.01)
+
+
+def test_a_chance_run_of_the_slower_of_two_step_times_is_no_new_step() -> None:
+    """Steps of 2.0 or 3.0 s at random (a collective at full or half rate on half of them),
+    locked at their mean: three 3.0 s steps in a row come every eighth step or so. Each run
+    re-locked the tracker to 3.0 s, cut the window, and the lock was lost hops later (the
+    half-rate stream of bench/alert_gate.py: locked runs of 3 to 71 hops). When a fifth of the
+    older intervals were like the run, it is one of them."""
+    mixed = [2.0, 3.0, 2.0, 2.0, 3.0, 3.0, 2.0, 3.0, 2.0, 2.0, 3.0, 2.0]
+    rises = 5.0 + np.cumsum([*mixed, 3.0, 3.0, 3.0])
+    assert step_change(rises, 2.5) is None
+    # The same run after steps that were all 2.0 s (locked at 2.0) is a new step time.
+    got = step_change(5.0 + np.cumsum([2.0] * 12 + [3.0, 3.0, 3.0]), 2.0)
+    assert got is not None
+    assert got.period_s == pytest.approx(3.0)
+    # ... and so when slow steps were rare before it (one in twelve).
+    rare = [2.0] * 11 + [3.0, 2.0]
+    assert step_change(5.0 + np.cumsum([*rare, 3.0, 3.0, 3.0]), 2.0) is not None
+
+
+def test_a_short_window_of_the_slower_steps_is_no_challenger_when_they_were_common() -> None:
+    """The short window (4.5 locked periods) holding three 3.0 s steps by chance shows a period
+    of 3.0 s of its own; the locked window's older edges say such steps were half of them."""
+    mixed = [2.0, 3.0, 2.0, 3.0, 3.0, 2.0, 2.0, 3.0, 2.0, 3.0, 2.0, 2.0, 3.0, 2.0]
+    starts = list(np.cumsum([1.0, *mixed, 3.0, 3.0, 3.0, 3.0]))
+    whole = _square(starts, 1.0, starts[-1] + 2.0)
+    cut = round((whole.t0 + whole.rate.size * whole.dt - 4.5 * 2.5) / whole.dt)
+    recent = GridSeries(
+        t0=cut * whole.dt, dt=whole.dt, rate=whole.rate[cut:], valid=whole.valid[cut:]
+    )
+    assert watch_recent(recent, 2.5).period_s == pytest.approx(3.0, rel=0.02)  # on its own
+    watch = watch_recent(recent, 2.5, edges_from=whole)
+    assert watch.period_s is None
+    assert watch.step is None
+    # After steps that were all 2.0 s, the same short window is a challenger.
+    steady = list(np.cumsum([1.0] + [2.0] * 14 + [3.0, 3.0, 3.0, 3.0]))
+    whole = _square(steady, 1.0, steady[-1] + 2.0)
+    cut = round((whole.rate.size * whole.dt - 4.5 * 2.0) / whole.dt)
+    recent = GridSeries(
+        t0=cut * whole.dt, dt=whole.dt, rate=whole.rate[cut:], valid=whole.valid[cut:]
+    )
+    assert watch_recent(recent, 2.0, edges_from=whole).period_s == pytest.approx(3.0, rel=0.02)

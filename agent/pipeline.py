@@ -726,7 +726,7 @@ class Pipeline:
                     est.confidence,
                     est.period_s,
                     update.period_s,
-                    self._lock_age.update(self._clock.now(), locked=True),
+                    self._lock_age.update(self._clock.now(), locked=True, period_s=update.period_s),
                     unsure=est.period_unsure,
                 )
                 est = replace(est, period_s=update.period_s, confidence=confidence)

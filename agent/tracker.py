@@ -399,29 +399,51 @@ SUSTAINED_CONFIDENCE = 0.6
 LOCK_GAP_GRACE_S = 10.0
 
 
+#: A lock that moves to a period this many times longer or shorter starts its age afresh.
+AGE_RATIO = 1.5
+
+
 class LockAge:
-    """Seconds the tracker has held a lock, through losses of up to ``LOCK_GAP_GRACE_S``."""
+    """Seconds the tracker has held a lock, through losses of up to ``LOCK_GAP_GRACE_S``.
+
+    The age vouches for the locked T only: a re-lock to a period ``AGE_RATIO`` times longer
+    or shorter (a chance multiple of random steps, 7.0 s for steps of 2.0 or 3.0 s) starts
+    afresh, where it was shown at the sustained confidence from its first hop.
+    """
 
     def __init__(self) -> None:
         self._since: float | None = None
         self._lost_at: float | None = None
+        self._period_s: float | None = None
 
-    def update(self, now: float, locked: bool) -> float:
-        """Feed one hop; the lock's age at ``now`` (0 while nothing is locked)."""
+    def update(self, now: float, locked: bool, period_s: float | None = None) -> float:
+        """Feed one hop (``period_s``: the locked T, when known); the lock's age at ``now``.
+
+        0 while nothing is locked.
+        """
         if not locked:
             if self._since is not None and self._lost_at is None:
                 self._lost_at = now
             return 0.0
-        if self._since is None or (
-            self._lost_at is not None and now - self._lost_at > LOCK_GAP_GRACE_S
+        moved = (
+            period_s is not None
+            and self._period_s is not None
+            and not 1.0 / AGE_RATIO < period_s / self._period_s < AGE_RATIO
+        )
+        if (
+            self._since is None
+            or moved
+            or (self._lost_at is not None and now - self._lost_at > LOCK_GAP_GRACE_S)
         ):
             self._since = now
         self._lost_at = None
+        if period_s is not None:
+            self._period_s = period_s
         return now - self._since
 
     def reset(self) -> None:
         """Forget the lock (the job stopped)."""
-        self._since = self._lost_at = None
+        self._since = self._lost_at = self._period_s = None
 
 
 def sustained_confidence(

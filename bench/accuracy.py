@@ -1268,7 +1268,7 @@ def run_online(
             window.drop_before(keep_from)
             cut_at = now
         estimates += 1
-        held_s = lock_age.update(now, locked=update.period_s is not None)
+        held_s = lock_age.update(now, locked=update.period_s is not None, period_s=update.period_s)
         conf = (
             sustained_confidence(  # as Pipeline._estimate_loop
                 est.confidence, est.period_s, update.period_s, held_s, unsure=est.period_unsure

@@ -106,6 +106,20 @@ def test_a_lock_keeps_its_age_through_a_short_loss_but_not_a_long_one() -> None:
     assert age.update(60.0, locked=True) == 0.0
 
 
+def test_a_lock_that_moves_to_a_multiple_starts_its_age_afresh() -> None:
+    """An age vouches for the T it was held at: steps of 2.0 or 3.0 s at random once re-locked
+    from 2.43 s to a chance multiple of 7.0 s, shown at the sustained confidence at once."""
+    age = LockAge()
+    assert age.update(0.0, locked=True, period_s=2.5) == 0.0
+    assert age.update(30.0, locked=True, period_s=2.6) == 30.0  # the lock follows the steps
+    assert age.update(40.0, locked=True, period_s=2.43) == 40.0
+    assert age.update(41.0, locked=True, period_s=7.0) == 0.0  # a re-lock to 2.9x: afresh
+    assert age.update(50.0, locked=True, period_s=7.0) == 9.0
+    assert age.update(51.0, locked=True, period_s=2.4) == 0.0  # and back
+    held = sustained_confidence(0.08, 7.0, 7.0, age.update(52.0, locked=True, period_s=7.0))
+    assert held == 0.08  # not the sustained 0.6: this T has not held
+
+
 # --- Offline: a T timed over many steps (agent.estimate.timed_confidence) ---------------------
 
 FIXTURES = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "counters"

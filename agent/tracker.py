@@ -115,9 +115,10 @@ DECISIVE_RUN = 2
 #: Fewest older intervals (at about the locked period) that measure that spread.
 DECISIVE_HISTORY = 6
 #: A run of new intervals is no new step time when this share of the older ones in the
-#: window were as long (or as short): steps of 2.0 or 3.0 s at random (a collective at full or
-#: half rate) make three 3.0 s steps in a row every eighth step or so, and each such run
-#: re-locked to 3.0 s, cut the window and lost the lock a few hops later.
+#: window were like them (within ``STEP_AGREE`` of the run's mean): steps of 2.0 or 3.0 s at
+#: random (a collective at full or half rate) make three 3.0 s steps in a row every eighth
+#: step or so, and each such run re-locked to 3.0 s, cut the window and lost the lock a few
+#: hops later.
 TYPICAL_SHARE = 0.2
 #: Fewest older intervals that say what is typical.
 TYPICAL_HISTORY = 4
@@ -407,8 +408,8 @@ class LockAge:
     """Seconds the tracker has held a lock, through losses of up to ``LOCK_GAP_GRACE_S``.
 
     The age vouches for the locked T only: a re-lock to a period ``AGE_RATIO`` times longer
-    or shorter (a chance multiple of random steps, 7.0 s for steps of 2.0 or 3.0 s) starts
-    afresh, where it was shown at the sustained confidence from its first hop.
+    or shorter starts afresh. (Steps of 2.0 or 3.0 s at random re-locked on a chance multiple,
+    7.0 s, which kept the old lock's age and was shown at the sustained confidence at once.)
     """
 
     def __init__(self) -> None:

@@ -114,3 +114,15 @@ def test_same_seed_same_files(tmp_path: Path) -> None:
     simulate_to_dir(JobParams(duration_s=30, seed=9), b)
     for name in ("counters.csv", "gpu.csv", "nccl.log", "truth.json"):
         assert (a / name).read_bytes() == (b / name).read_bytes(), name
+
+
+def test_a_step_drawn_shorter_than_its_collective_waits_for_the_link() -> None:
+    """Under 20 % step jitter at D 0.65 a step is now and then drawn shorter than its
+    collective: the next burst started before the last one ended, and the two summed their
+    rates to twice the link's. NCCL runs them one after the other; the step lasts longer."""
+    p = resolve(JobParams(period_s=2.0, duty=0.65, jitter=0.2, duration_s=600.0, seed=3))
+    s = build_schedule(p)
+    b = s.bursts[np.argsort(s.bursts[:, 0])]
+    assert b.shape[0] > 250
+    assert bool(np.all(b[1:, 0] >= b[:-1, 1] - 1e-9))  # one collective at a time on the link
+    assert s.truth["duty_cycle"] == pytest.approx(0.65 * 2.0 / s.truth["period_s"], rel=0.02)

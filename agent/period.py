@@ -1359,6 +1359,23 @@ def _steady(timing: EdgeTiming, cfg: DetectorSettings) -> bool:
     return timing.step_cv * margin <= cfg.max_interval_cv
 
 
+def _coarse_timing(
+    pyramid: list[PyramidLevel], period_s: float, t0: float
+) -> tuple[int, PyramidLevel, EdgeTiming | None] | None:
+    """(level, its samples, :func:`edge_timing`) on the coarsest level with 8 samples a period.
+
+    Such a level (8-32 samples a period) times steps well enough to see whether they are
+    steady, at a fraction of the cost of the finest (an edge timing took ~6 ms at 64 k
+    samples, on every aperiodic window); the edge refinement then times the period on the
+    finest level that shows it. None where no level has 8 samples a period (or it is NaN).
+    """
+    usable = [i for i, lv in enumerate(pyramid) if period_s / lv.dt >= 8]
+    if not usable:
+        return None
+    lv = pyramid[usable[-1]]
+    return usable[-1], lv, edge_timing(lv.samples, lv.dt, period_s, t0=t0 + lv.start_s)
+
+
 def _steady_steps(
     detections: list[LevelDetection],
     pyramid: list[PyramidLevel],
@@ -1377,17 +1394,11 @@ def _steady_steps(
     if not candidates:
         return None
     det = max(candidates, key=lambda d: d.z)
-    # The coarsest level with 8 samples a period or more (8-32) times steps well enough to see
-    # whether they are steady, at a fraction of the cost of the finest (an edge timing took
-    # ~6 ms at 64 k samples, on every aperiodic window); the edge refinement then times the
-    # period on the finest level that shows it.
-    usable = [i for i, lv in enumerate(pyramid) if det.period_s / lv.dt >= 8]
-    if not usable:
-        return None
-    level = usable[-1]
-    lv = pyramid[level]
-    timing = edge_timing(lv.samples, lv.dt, det.period_s, t0=t0 + lv.start_s)
     candidate_s = det.period_s
+    timed = _coarse_timing(pyramid, candidate_s, t0)
+    if timed is None:
+        return None
+    level, lv, timing = timed
     if timing is not None and timing.bursts_per_period > 1.25:
         # The likeliest lag may span several steps: steps of 2.0 or 3.0 s at random (a
         # collective at full or half rate) smear the lags of one and two steps, and the comb
@@ -1395,12 +1406,10 @@ def _steady_steps(
         # fraction of a period. Their own mean interval is timed instead; _steady below
         # decides, as for any other candidate.
         candidate_s = timing.step_period_s
-        usable = [i for i, lv in enumerate(pyramid) if candidate_s / lv.dt >= 8]
-        if not usable:  # (also when the mean interval is NaN: fewer than two bursts)
+        timed = _coarse_timing(pyramid, candidate_s, t0)
+        if timed is None:  # (also when the mean interval is NaN: fewer than two bursts)
             return None
-        level = usable[-1]
-        lv = pyramid[level]
-        timing = edge_timing(lv.samples, lv.dt, candidate_s, t0=t0 + lv.start_s)
+        level, lv, timing = timed
     if timing is None or not 0.8 <= timing.bursts_per_period <= 1.25:
         return None
     # Steps fill the window: bursts confined to part of it (one FSDP step's train of equal

@@ -91,23 +91,21 @@ def _training(p: JobParams, rng: np.random.Generator) -> Schedule:
     bucket_count = max(1, round(p.size_bytes / p.buckets / BF16_BYTES))
     t = -float(rng.uniform(0.0, p.period_s))  # the job was already running when we started
     link_free = -math.inf
-    for drawn in lengths:
-        length = drawn
+    for length in lengths:
         compute_end = t + (length - exposed)
-        burst_start = compute_end - (comm - exposed)  # the overlapped buckets go first
-        if burst_start < link_free:
-            # A step drawn shorter than its collective: the collective waits for the previous
-            # one (the GPUs idle meanwhile), and the step lasts that much longer. Overlapping
-            # bursts summed their rates past the link's (twice it under 20 % jitter, D 0.65).
-            wait = link_free - burst_start
-            length, burst_start = length + wait, link_free
+        drawn_start = compute_end - (comm - exposed)  # the overlapped buckets go first
+        # A step drawn shorter than its collective: the collective waits for the previous one
+        # (the GPUs idle meanwhile), and the step lasts that much longer. Overlapping bursts
+        # summed their rates past the link's (twice it under 20 % jitter, D 0.65).
+        burst_start = max(drawn_start, link_free)
+        wait = burst_start - drawn_start
         link_free = burst_start + comm
         starts.append(burst_start)
         compute.append((t, compute_end))
         bursts.append((burst_start, burst_start + comm, p.bandwidth))
         for _ in range(p.buckets):
             calls.extend(_enqueue_calls(rng, p, burst_start, "AllReduce", bucket_count))
-        t += length
+        t += length + wait
     sched = _clip(p, bursts, compute, calls, starts)
     size = bucket_count * BF16_BYTES * p.buckets
     sched.truth.update(

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from agent.bursts import whole_burst_levels
 from agent.call_sequence import call_kinds, clumped_resolution, process_codes
 from agent.errors import InputFormatError
 from agent.estimate import (
@@ -891,6 +892,44 @@ BURSTS_AGREE = 0.15
 BURSTS_CHANGE = 1.3
 
 
+def _mixed_heights(found: Sequence[tuple[int, int, EstimateInputs, Estimate]]) -> bool:
+    """True when each run's bursts come back, whole, among a neighbouring run's.
+
+    Steps whose collective runs slower at random (flows colliding on one path on some steps)
+    mix bursts of two heights all along: one stretch with more of the full-rate ones reads a
+    taller B (or only those, the lower ones taken for background) than the next, with no
+    change of the traffic. Bursts that changed height (congestion that set in) leave none of
+    the old height behind.
+    """
+    thresholds = [f[3].burst_threshold for f in found if f[3].burst_threshold is not None]
+    if not thresholds:
+        return False
+    threshold = min(thresholds)
+    heights = []
+    for f in found:
+        chosen = busier_direction(f[2].network)
+        heights.append(
+            whole_burst_levels(chosen[1].rate, threshold)[0] if chosen is not None else None
+        )
+
+    def holds(h: npt.NDArray[np.float64] | None, band: float | None) -> bool:
+        return (
+            h is not None
+            and band is not None
+            and bool(np.any(np.abs(h - band) <= BURSTS_AGREE * band))
+        )
+
+    for (x, y), (hx, hy) in zip(
+        itertools.pairwise(found), itertools.pairwise(heights), strict=True
+    ):
+        bx, by = x[3].burst_bandwidth, y[3].burst_bandwidth
+        if bx is None or by is None or max(bx, by) < BURSTS_CHANGE * min(bx, by):
+            continue
+        if not (holds(hx, by) or holds(hy, bx)):
+            return False
+    return True
+
+
 def _burst_parts(
     pieces: Sequence[Estimate],
     cuts: npt.NDArray[np.int64],
@@ -922,6 +961,8 @@ def _burst_parts(
     for i, j in runs:
         sub = part(int(cuts[i]), int(cuts[j]))
         found.append((int(cuts[i]), int(cuts[j]), sub, estimate(sub)))
+    if _mixed_heights(found):
+        return inputs, est
     a, b, sub, newest = found[-1]
     if newest.period_s is None or newest.burst_bandwidth is None:
         return inputs, est

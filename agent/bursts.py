@@ -36,6 +36,7 @@ __all__ = [
     "on_runs",
     "poll_cores",
     "step_silence",
+    "whole_burst_levels",
 ]
 
 FloatArray = npt.NDArray[np.float64]
@@ -524,6 +525,58 @@ def _between_levels(
     )
 
 
+#: Fewest samples inside a burst (its two edge samples left out) for its own level to count.
+_WHOLE_BURST_SAMPLES = 4
+
+
+def _run_levels(
+    x: FloatArray, starts: npt.NDArray[np.int64], ends: npt.NDArray[np.int64]
+) -> tuple[FloatArray, FloatArray]:
+    """Median and robust spread of the inner samples of each run long enough to have a level.
+
+    The edge samples are left out: a counter poll that holds a burst's edge reads a partial
+    rate.
+    """
+    long = np.flatnonzero(ends - starts - 2 >= _WHOLE_BURST_SAMPLES)
+    levels = np.empty(long.size)
+    spreads = np.empty(long.size)
+    for k, i in enumerate(long):
+        samples = x[starts[i] + 1 : ends[i] - 1]
+        levels[k] = float(np.median(samples))
+        spreads[k] = 1.4826 * float(np.median(np.abs(samples - levels[k])))
+    return levels, spreads
+
+
+def whole_burst_levels(rate: FloatArray, threshold: float) -> tuple[FloatArray, FloatArray]:
+    """Level and spread of every burst long enough to have a level of its own.
+
+    A burst is a run of ``rate`` at ``threshold`` or over.
+    """
+    starts, ends = on_runs(np.asarray(rate) >= threshold)
+    return _run_levels(np.asarray(rate, dtype=np.float64), starts, ends)
+
+
+def _slower_whole_bursts(
+    x: FloatArray,
+    starts: npt.NDArray[np.int64],
+    ends: npt.NDArray[np.int64],
+    ceiling: float,
+    contrast: float,
+) -> bool:
+    """True when some bursts ran from edge to edge at a flat level of their own below the ceiling.
+
+    The core averages below the ceiling most of its samples reach for two reasons. Transfers
+    with gaps shorter than a poll inside mix partial polls in among the ceiling's, within each
+    burst: the link is busy only for its energy share. A collective that ran slower on some
+    steps (flows colliding on one path) holds a whole burst at a lower, flat level: the link
+    is busy all along it. Read as the first, a stream busy 60 % of the time (half its steps
+    at half rate) read D 0.43-0.45 on the windows where the full-rate steps were the more.
+    """
+    levels, spreads = _run_levels(x, starts, ends)
+    lower = ceiling - levels > 3.0 * _TIGHT_LEVEL * contrast
+    return bool(np.any(lower & (spreads <= _TIGHT_LEVEL * contrast)))
+
+
 #: How far (a share of the contrast) the bursts' core may average below the ceiling most of
 #: its samples reach before it is taken for transfers with gaps shorter than a poll inside.
 _PARTIAL_CORE = 0.03
@@ -613,7 +666,11 @@ def burst_stats(
         margin = max(_PARTIAL_CORE * contrast, 4.0 * noise / math.sqrt(core.size))
         if median(core) - core_on > margin:
             ceiling = _tight_level(core, contrast, floor=False)
-            if ceiling is not None and ceiling - core_on > margin:
+            if (
+                ceiling is not None
+                and ceiling - core_on > margin
+                and not _slower_whole_bursts(x, starts, ends, ceiling, contrast)
+            ):
                 between = _between_levels(x, finite, dt, period_s, lo, hi, noise)
                 if between.burst_bandwidth is not None:
                     return between

@@ -462,3 +462,24 @@ def test_the_lowest_tier_of_bursts_is_found_on_either_side_of_the_two_means() ->
     y = np.concatenate((np.full(7000, 1e9), np.full(3000, 25e9)))
     y = rng.permutation(y + rng.normal(0.0, 0.5e9, y.size))
     assert lowest_tier(y, *two_means(y)) is None
+
+
+@pytest.mark.parametrize("pattern", ["FFSFFSFF", "FSFFFFSF", "FFFSFFFFS"])
+def test_whole_bursts_at_a_lower_rate_count_as_busy_time(pattern: str) -> None:
+    """Every step moves the same bytes; on some (S) the collective ran at half the rate and
+    lasted twice as long (flows colliding on one path). Where the full-rate bursts were the
+    more, their level read as a line-rate ceiling, the half-rate ones as transfers with gaps
+    inside, and D as their energy share: 0.43-0.45 on a link busy 0.55-0.6 of the time. D is
+    the busy share and B the rate while busy (V = B·D·T holds)."""
+    rate, fs, t, bursts = 25e9, 100.0, 0.0, []
+    for kind in pattern:
+        length = 1.0 if kind == "F" else 2.0
+        bursts.append((t + 1.0, t + 1.0 + length, rate / length))
+        t += 1.0 + length
+    b = np.asarray(bursts)
+    x = sample_bursts(b, fs, t) + np.random.default_rng(2).normal(0.0, 0.05e9, int(t * fs))
+    busy = float((b[:, 1] - b[:, 0]).sum())
+    s = burst_stats(x, 1.0 / fs, t / len(pattern))
+    assert s.on_ratio == pytest.approx(busy / t, abs=0.02)
+    assert s.burst_bandwidth == pytest.approx(rate * len(pattern) / busy, rel=0.02)
+    assert s.bytes_per_period == pytest.approx(rate, rel=0.02)

@@ -16,7 +16,7 @@ import numpy as np
 import numpy.typing as npt
 
 from agent.alternation import alternates, seen_over_pairs
-from agent.bursts import BurstStats, burst_stats, step_silence
+from agent.bursts import BurstStats, burst_stats, on_runs, step_silence
 from agent.call_sequence import SequenceStep, sequence_step
 from agent.period import (
     DetectorSettings,
@@ -27,7 +27,13 @@ from agent.period import (
 )
 from agent.quantiles import percentiles
 from agent.rates import Direction, GridSeries, active_span, spread_slots
-from agent.regime import IDLE_BYTES_PER_S, RegimeFeatures, classify_regime, collective_shares
+from agent.regime import (
+    IDLE_BYTES_PER_S,
+    MIN_APERIODIC_BURSTS,
+    RegimeFeatures,
+    classify_regime,
+    collective_shares,
+)
 from agent.rhythms import two_rhythms
 from agent.separation import DutySplit, best_signal, gpu_windows, split_duty
 from agent.sharding import steps_spanned
@@ -1134,6 +1140,9 @@ def estimate(
     bursts_per_period = None
     if t is not None and bursts is not None and duration > 0:
         bursts_per_period = bursts.bursts * t / duration
+    spikes = 0
+    if grid is not None and bursts is not None and not bursts.has_bursts:
+        spikes = int(on_runs(grid.rate >= idle_bytes_per_s)[0].size)
     features = RegimeFeatures(
         periodic=t is not None,
         inner_period=period is not None and period.inner_period_s is not None,
@@ -1147,8 +1156,23 @@ def estimate(
         gather_share=shares[0] if shares else None,
         sparse_share=shares[1] if shares else None,
         untimed=chosen is None and mix is not None and not bool(np.isfinite(mix.call_times).any()),
+        spikes=spikes,
     )
     regime = classify_regime(features, idle_bytes_per_s=idle_bytes_per_s)
+    if (
+        regime == "unknown"
+        and grid is not None
+        and spikes >= MIN_APERIODIC_BURSTS
+        and bursts is not None
+        and bursts.mean_rate < idle_bytes_per_s
+    ):
+        peak = float(np.fmax.reduce(grid.rate))
+        warnings.append(
+            f"the rate reaches {idle_bytes_per_s / 1e6:.3g} MB/s or more {spikes} times (up to "
+            f"{peak / 1e6:.3g} MB/s) between quiet polls, with no bursts: "
+            f"transfers that each fit in a poll cannot be told from noise at "
+            f"{1.0 / grid.dt:.3g} Hz (inference replies? other traffic?); poll faster"
+        )
     step_bytes = _step_bytes(mix, t)
     return Estimate(
         period_s=t,

@@ -25,7 +25,9 @@ tests/unit/test_regime.py and tests/integration/test_analyze_scenarios.py):
    job's Send/Recv from inference's: **unknown**);
 3. **idle** — none of the above, less than ``idle_bytes_per_s`` on average, no collectives
    in the NCCL log (if any) and no burst that reaches ``idle_bytes_per_s`` (management chatter
-   has none; a few such bursts are a job too young to tell: **unknown**);
+   has none; a few such bursts are a job too young to tell: **unknown**), nor
+   ``MIN_APERIODIC_BURSTS`` polls or more that reach it (transfers that each fit in a poll:
+   a real inference service polled at 10 Hz read "idle"; they are **unknown**);
 4. **unknown** for flat, structureless load or too little evidence.
 
 Live, a switch *to* inference is confirmed over ``INFERENCE_CONFIRM_S`` (:class:`RegimeGate`):
@@ -90,6 +92,10 @@ class RegimeFeatures:
     sparse_share: float | None = None
     #: Nothing says when the traffic moved: an NCCL log without timestamps, and no counters.
     untimed: bool = False
+    #: Runs of polls at ``idle_bytes_per_s`` or over that did not count as bursts: transfers
+    #: that each fit in a poll, at random times, cannot be told from noise, but a host whose
+    #: polls reach a job's rates is not idle (a real inference service polled at 10 Hz).
+    spikes: int = 0
 
 
 def collective_shares(collectives: Mapping[str, tuple[int, int]]) -> tuple[float, float] | None:
@@ -115,13 +121,14 @@ def classify_regime(f: RegimeFeatures, *, idle_bytes_per_s: float = IDLE_BYTES_P
     high = f.bursty and (f.burst_rate is None or f.burst_rate >= idle_bytes_per_s)
     if high and f.bursts >= MIN_APERIODIC_BURSTS:
         return "inference"
-    if (quiet or f.mean_rate is None) and no_collectives and not high:
+    busy_polls = f.spikes >= MIN_APERIODIC_BURSTS
+    if (quiet or f.mean_rate is None) and no_collectives and not high and not busy_polls:
         return "idle"
     if f.sparse_share is not None and f.sparse_share >= 0.5:
         return "unknown" if f.untimed else "inference"
     if f.bursty and f.bursts >= MIN_APERIODIC_BURSTS:
         return "inference"
-    if quiet and not high:
+    if quiet and not high and not busy_polls:
         return "idle"
     return "unknown"
 

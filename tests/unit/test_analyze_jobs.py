@@ -163,6 +163,26 @@ def test_real_inference_traffic_has_no_period_and_no_change() -> None:
     assert not any("step time changed" in w for w in est.warnings)
 
 
+@pytest.mark.parametrize("every", [5, 10])
+def test_real_inference_polled_slowly_is_not_called_idle(tmp_path: Path, every: int) -> None:
+    """The same service, its polls kept at 20 or 10 Hz: each reply fits in a poll, at random
+    times, and cannot be told from noise, so no bursts are found; with 5 MB/s on average it
+    read "idle", which an operator takes for a free host. A chatting host stays idle."""
+    t, c, _ = _recording("inference-gloo-poisson")
+    rows = ["time,vetha_rx_bytes,vetha_tx_bytes"]
+    rows += [f"{a:.6f},{b[0]},{b[1]}" for a, b in zip(t[::every], c[::every], strict=True)]
+    path = tmp_path / "slow.csv"
+    path.write_text("\n".join(rows) + "\n")
+    est = analyze_files(counters=[path]).estimate
+    assert est.regime == "unknown"
+    assert any("poll faster" in w and "fit in a poll" in w for w in est.warnings)
+    chatter = np.cumsum(np.where(np.arange(t[::every].size) % 50 == 0, 200_000, 300))
+    rows = ["time,eth0_rx_bytes,eth0_tx_bytes"]
+    rows += [f"{a:.6f},{b},{b}" for a, b in zip(t[::every], chatter, strict=True)]
+    path.write_text("\n".join(rows) + "\n")
+    assert analyze_files(counters=[path]).estimate.regime == "idle"
+
+
 @pytest.mark.parametrize("name", ["fsdp-gloo-steady", "pp-gloo-1f1b", "tp-gloo-layers"])
 @pytest.mark.parametrize("row", [0, -1])
 def test_an_unread_cell_at_either_end_does_not_move_t(tmp_path: Path, name: str, row: int) -> None:

@@ -12,6 +12,9 @@ from agent.regime import RegimeFeatures, RegimeGate, classify_regime, collective
     [
         (RegimeFeatures(periodic=False, mean_rate=1e5), "idle"),
         (RegimeFeatures(periodic=False, mean_rate=None, collective_calls=0), "idle"),
+        # Polls that reach a job's rates, too short and random to count as bursts: not idle.
+        (RegimeFeatures(periodic=False, mean_rate=5e6, spikes=140), "unknown"),
+        (RegimeFeatures(periodic=False, mean_rate=5e6, spikes=3), "idle"),
         (RegimeFeatures(periodic=True, bursts_per_period=1.0, mean_rate=8e9), "training"),
         (RegimeFeatures(periodic=True, bursts_per_period=1.0, mean_rate=7e6), "training"),
         (RegimeFeatures(periodic=True, inner_period=True, mean_rate=8e9), "finetune"),

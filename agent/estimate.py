@@ -1173,6 +1173,23 @@ def estimate(
             f"transfers that each fit in a poll cannot be told from noise at "
             f"{1.0 / grid.dt:.3g} Hz (inference replies? other traffic?); poll faster"
         )
+    elif (
+        regime == "unknown"
+        and t is None
+        and grid is not None
+        and bursts is not None
+        and bursts.mean_rate >= idle_bytes_per_s
+        and not warnings
+    ):
+        # Steady load says nothing about steps faster than the polls: a real tensor-parallel
+        # job's 0.19 s steps, polled at 10 Hz, read as 35 MB/s with no period and no word.
+        shortest = cfg.min_lag_level0 * grid.dt
+        warnings.append(
+            f"no period between {shortest:.3g} s ({cfg.min_lag_level0} polls) and "
+            f"{grid.duration_s / cfg.min_cycles:.3g} s in {bursts.mean_rate / 1e6:.3g} MB/s "
+            f"of traffic: steady load, or steps shorter than {cfg.min_lag_level0} polls, "
+            "which this poll rate cannot show (poll faster)"
+        )
     step_bytes = _step_bytes(mix, t)
     return Estimate(
         period_s=t,

@@ -183,6 +183,23 @@ def test_real_inference_polled_slowly_is_not_called_idle(tmp_path: Path, every: 
     assert analyze_files(counters=[path]).estimate.regime == "idle"
 
 
+def test_steps_faster_than_the_polls_can_show_are_said_to_be_out_of_reach(tmp_path: Path) -> None:
+    """A real tensor-parallel job's 0.19 s steps, polled at 10 Hz: steady 39 MB/s, no period,
+    and no word of why; the shortest period looked for (4 polls) is named."""
+    t, c, _ = _recording("tp-gloo-layers")
+    rows = ["time,vetha_rx_bytes,vetha_tx_bytes"]
+    rows += [f"{a:.6f},{b[0]},{b[1]}" for a, b in zip(t[::10], c[::10], strict=True)]
+    path = tmp_path / "slow.csv"
+    path.write_text("\n".join(rows) + "\n")
+    est = analyze_files(counters=[path]).estimate
+    assert est.period_s is None
+    assert any(w.startswith("no period between 0.4 s (4 polls)") for w in est.warnings)
+    # Polled at its own 100 Hz, the step shows, and nothing is said.
+    full = analyze_files(counters=[FIXTURES / "tp-gloo-layers.csv.gz"]).estimate
+    assert full.period_s is not None
+    assert not any(w.startswith("no period between") for w in full.warnings)
+
+
 @pytest.mark.parametrize("name", ["fsdp-gloo-steady", "pp-gloo-1f1b", "tp-gloo-layers"])
 @pytest.mark.parametrize("row", [0, -1])
 def test_an_unread_cell_at_either_end_does_not_move_t(tmp_path: Path, name: str, row: int) -> None:

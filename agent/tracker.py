@@ -493,7 +493,9 @@ class PeriodTracker:
     at once: a confidence that high needs a clear comb, a large z and regular burst edges over
     three periods or more, which aperiodic traffic never reached on the benchmark (0 of 8000
     windows gave any period). Switching from one locked period to another still takes two
-    agreeing windows, so a nested job cannot flip between its inner and outer period.
+    agreeing windows, so a nested job cannot flip between its inner and outer period, and
+    windows spanning one new period when they are less confident than a cold lock
+    (:meth:`_switch_after`).
     """
 
     def __init__(
@@ -607,6 +609,22 @@ class PeriodTracker:
         self._outer = period_s
         return None
 
+    def _switch_after(self, period_s: float, confidence: float) -> int:
+        """Agreeing windows needed to lock on ``period_s``: from a lock, on weak evidence, more.
+
+        A window less confident than a cold lock needs windows spanning one new period. At a
+        hop shorter than the new period, consecutive windows read the same bursts, and
+        their agreement confirms nothing. Steps of 2.0 or 3.0 s at random hold runs of 2+2+3 s
+        that read as a 7.0 s period of confidence 0.08 for a few hops: two of them switched a
+        lock of 2.43 s to 7.0 s, whose short window lost the job a minute later
+        (bench/alert_gate.py). A window as confident as a cold lock needs no more than two: a
+        real job whose steps went from 6.04 to 6.39 s (confidence 0.84) re-locked 5 s later
+        when it had to wait for 7.
+        """
+        if self._locked is None or not self.hop_s or confidence >= self._lock_confidence:
+            return self._lock_after
+        return max(self._lock_after, math.ceil(period_s / self.hop_s))
+
     def release(self) -> TrackerUpdate:
         """Give the lock up at once: the job stopped (:func:`job_gone`), no misses to wait for.
 
@@ -671,7 +689,7 @@ class PeriodTracker:
         else:
             self._candidate, self._streak = period_s, 1
         self._candidate_error = rel_error
-        if self._streak >= self._lock_after:
+        if self._streak >= self._switch_after(period_s, confidence):
             changed = self._locked is not None
             self._locked = period_s
             self._candidate, self._streak, self._released = None, 0, None

@@ -195,6 +195,32 @@ def test_tracker_locks_after_two_agreeing_windows_and_relocks_after_a_change() -
     assert u.period_s == pytest.approx(1.31)
 
 
+def test_a_weak_switch_waits_for_windows_spanning_one_new_period() -> None:
+    """At a 1 s hop, two windows read nearly the same bursts: a lock of 2.43 s (steps of 2 or
+    3 s at random) switched to a weak 7.0 s (runs of 2+2+3 s, confidence 0.08) on two of them.
+    A weak new period now needs a new period's worth of agreeing windows; a confident one
+    (a real job whose steps went from 6.04 to 6.39 s) still switches on two."""
+    tr = PeriodTracker(hop_s=1.0)
+    tr.update(2.43, confidence=0.9)
+    for _ in range(6):
+        assert tr.update(7.0, confidence=0.08).period_s == pytest.approx(2.43)
+    u = tr.update(7.0, confidence=0.08)
+    assert u.changed
+    assert u.period_s == pytest.approx(7.0)
+    # A window back at the lock breaks the run.
+    tr = PeriodTracker(hop_s=1.0)
+    tr.update(2.43, confidence=0.9)
+    for _ in range(4):
+        tr.update(7.0, confidence=0.08)
+    assert tr.update(2.45, confidence=0.6).period_s == pytest.approx(2.45)
+    assert tr.update(7.0, confidence=0.08).period_s == pytest.approx(2.45)
+    # Confident: two windows.
+    tr = PeriodTracker(hop_s=1.0)
+    tr.update(6.04, confidence=0.9)
+    assert tr.update(6.39, confidence=0.84).period_s == pytest.approx(6.04)
+    assert tr.update(6.39, confidence=0.84).period_s == pytest.approx(6.39)
+
+
 def test_tracker_locks_on_one_confident_window_but_switches_only_on_two() -> None:
     tr = PeriodTracker()
     assert tr.update(1.0, confidence=0.3).period_s is None  # modest: wait for a second window

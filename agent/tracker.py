@@ -664,7 +664,11 @@ class PeriodTracker:
             period_s = None
         if period_s is None:
             self._misses += 1
-            self._candidate, self._streak = None, 0
+            # While locked, a window without a period is a miss, not evidence against a new
+            # step: a real jittery job's windows with its new step came between such windows,
+            # and each reset the challenger (a stale T stayed locked for 8 s).
+            if self._locked is None:
+                self._candidate, self._streak = None, 0
             needed = self._unlock_after
             if self.hop_s and self._locked is not None:
                 needed = max(needed, math.ceil(self._locked / self.hop_s))

@@ -221,6 +221,24 @@ def test_a_weak_switch_waits_for_windows_spanning_one_new_period() -> None:
     assert tr.update(6.39, confidence=0.84).period_s == pytest.approx(6.39)
 
 
+def test_windows_without_a_period_between_two_agreeing_ones_do_not_hold_a_stale_lock() -> None:
+    """A real jittery DDP job whose steps went from 0.53 to about 0.61 s: windows with the new
+    step came between windows with no period at all, each of which reset the challenger, and
+    the stale 0.53 s stayed locked for 8 s. While locked, a window without a period is a miss,
+    not evidence against the new step; with nothing locked it still resets the candidate."""
+    tr = PeriodTracker(hop_s=1.0)
+    tr.update(0.533, confidence=0.9)
+    assert tr.update(0.594, confidence=0.06, rel_error=0.03).period_s == pytest.approx(0.533)
+    assert tr.update(None).period_s == pytest.approx(0.533)
+    u = tr.update(0.62, confidence=0.1, rel_error=0.03)
+    assert u.changed
+    assert u.period_s == pytest.approx(0.62)
+    cold = PeriodTracker(hop_s=1.0)
+    cold.update(0.6, confidence=0.1)
+    cold.update(None)
+    assert cold.update(0.6, confidence=0.1).period_s is None
+
+
 def test_tracker_locks_on_one_confident_window_but_switches_only_on_two() -> None:
     tr = PeriodTracker()
     assert tr.update(1.0, confidence=0.3).period_s is None  # modest: wait for a second window

@@ -16,7 +16,7 @@ import numpy as np
 import numpy.typing as npt
 
 from agent.alternation import alternates, seen_over_pairs
-from agent.bursts import BurstStats, burst_stats, on_runs, step_silence
+from agent.bursts import BurstStats, burst_stats, clear_spikes, step_silence
 from agent.call_sequence import SequenceStep, sequence_step
 from agent.period import (
     DetectorSettings,
@@ -1142,7 +1142,7 @@ def estimate(
         bursts_per_period = bursts.bursts * t / duration
     spikes = 0
     if grid is not None and bursts is not None and not bursts.has_bursts:
-        spikes = int(on_runs(grid.rate >= idle_bytes_per_s)[0].size)
+        spikes = clear_spikes(grid.rate, idle_bytes_per_s)
     features = RegimeFeatures(
         periodic=t is not None,
         inner_period=period is not None and period.inner_period_s is not None,

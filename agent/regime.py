@@ -92,9 +92,10 @@ class RegimeFeatures:
     sparse_share: float | None = None
     #: Nothing says when the traffic moved: an NCCL log without timestamps, and no counters.
     untimed: bool = False
-    #: Runs of polls at ``idle_bytes_per_s`` or over that did not count as bursts: transfers
-    #: that each fit in a poll, at random times, cannot be told from noise, but a host whose
-    #: polls reach a job's rates is not idle (a real inference service polled at 10 Hz).
+    #: Runs of polls at ``idle_bytes_per_s`` or over that did not count as bursts, and stand
+    #: clear of the background's noise (:func:`agent.bursts.clear_spikes`): transfers that
+    #: each fit in a poll, at random times, cannot be told from noise, but a host whose polls
+    #: reach a job's rates is not idle (a real inference service polled at 10 Hz).
     spikes: int = 0
 
 

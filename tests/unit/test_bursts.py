@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agent.bursts import burst_stats, step_silence
+from agent.bursts import burst_stats, clear_spikes, step_silence
 from agent.estimate import EstimateInputs, estimate
 from agent.levels import erode, lowest_tier, two_means
 from agent.rates import GridSeries, grid_from_cumulative
@@ -483,3 +483,22 @@ def test_whole_bursts_at_a_lower_rate_count_as_busy_time(pattern: str) -> None:
     assert s.on_ratio == pytest.approx(busy / t, abs=0.02)
     assert s.burst_bandwidth == pytest.approx(rate * len(pattern) / busy, rel=0.02)
     assert s.bytes_per_period == pytest.approx(rate, rel=0.02)
+
+
+def test_spikes_count_only_where_they_stand_clear_of_the_noise() -> None:
+    """Single polls of a reply each over an empty line are spikes; the tail of a noisy
+    background that reaches the same level is not (it thins out towards the level)."""
+    rng = np.random.default_rng(5)
+    replies = np.zeros(6000)
+    at = rng.choice(6000, size=150, replace=False)
+    replies[at] = rng.uniform(15e6, 40e6, at.size)
+    replies += rng.uniform(0, 0.5e6, replies.size)  # a little chatter
+    runs = clear_spikes(replies, 10e6)
+    assert 130 <= runs <= 150  # a few neighbouring polls merge into one run
+    noise = 1.7e6 + rng.exponential(2.3e6, 6000)  # ~100 polls over 10 MB/s, ~700 in 5-10
+    assert np.count_nonzero(noise >= 10e6) >= 50
+    assert clear_spikes(noise, 10e6) == 0
+    assert clear_spikes(np.full(100, 1e6), 10e6) == 0
+    gaps = replies.copy()
+    gaps[::7] = np.nan  # unknown polls are neither
+    assert clear_spikes(gaps, 10e6) > 0

@@ -37,8 +37,10 @@ from agent.regime_params import RegimeParams, regime_params
 from agent.sharding import DEFAULT_LATENCY_S
 from agent.tracker import (
     LockAge,
+    PauseMemory,
     PeriodTracker,
     RecentWatch,
+    first_activity_s,
     job_gone,
     longest_event_gap_s,
     longest_gap_s,
@@ -307,6 +309,8 @@ class Pipeline:
         #: When the job last seen stopped (clock time of its last burst or call), until new
         #: traffic comes: its old bursts are still in the window, and describe nothing now.
         self._stopped_at: float | None = None
+        #: The pauses the job came back from at its own pace: the next one is not a stop.
+        self._pauses = PauseMemory()
         #: A re-lock's window cut (clock time) and the last estimate published with a lock:
         #: until the cut window is long enough to estimate, the lock is shown on that estimate.
         self._cut_at: float | None = None
@@ -629,6 +633,11 @@ class Pipeline:
             if stopped_at is not None:
                 self._stopped_at = stopped_at
             elif self._stopped_at is not None and _active_after(est, inputs, self._stopped_at):
+                back = self._resumed_at(est, inputs, self._stopped_at)
+                if back is not None:
+                    self._pauses.resumed(
+                        back - self._stopped_at, self._tracker.expected, self._clock.now()
+                    )
                 # The job resumed, or another one began: the window keeps only what came after
                 # the stop. Read across it, the old steps re-locked the old T on a new job
                 # (two real jobs back to back: the first one's T shown 0.2-0.7 s into the
@@ -679,6 +688,8 @@ class Pipeline:
                         self._clock.now(), relocked, self._cfg.restart_periods
                     )
                     log.info("sync period changed: T = %.4g s (re-locked)", relocked)
+            if was_locked is None and update.period_s is not None:
+                self._pauses.locked(update.period_s, self._clock.now())
             if update.period_s is None or was_locked is None or update.changed:
                 self._hops_locked = 0
             else:
@@ -894,6 +905,7 @@ class Pipeline:
                 return None
             ring = self._state.calls.mix(since=None)
             gap = longest_event_gap_s(ring.call_times) if ring is not None else 0.0
+            gap = max(gap, self._pauses.pause_s)
             return last if job_gone(silent, period, gap) else None
         quiet, threshold, last_end = est.quiet_s, est.burst_threshold, est.last_burst_end_s
         if quiet is None or threshold is None or last_end is None:
@@ -904,12 +916,34 @@ class Pipeline:
         grid = grids.get(est.direction) if est.direction is not None else None
         if grid is None:
             return None
+        remembered = self._pauses.pause_s
+        if not job_gone(quiet, period, remembered):
+            return None  # a pause no longer than one the job came back from
         try:
             gap = await asyncio.to_thread(longest_gap_s, grid, threshold)
         except Exception:  # advisory: never let it stop the estimates
             log.exception("quiet watch failed on this window")
             return None
         return last_end if job_gone(quiet, period, gap) else None
+
+    def _resumed_at(self, est: Estimate, inputs: EstimateInputs, stopped_at: float) -> float | None:
+        """When traffic came back after the stop at ``stopped_at``.
+
+        The first slot above the burst threshold after it, or with the NCCL log alone, the
+        first call after it.
+        """
+        if inputs.network:
+            threshold = est.burst_threshold
+            grid = inputs.network.get(est.direction) if est.direction is not None else None
+            if grid is None or threshold is None:
+                return None
+            return first_activity_s(grid, threshold, stopped_at + _STOP_SLACK_S)
+        mix = inputs.collectives
+        if mix is None:
+            return None
+        times = mix.call_times[np.isfinite(mix.call_times)]
+        later = times[times > stopped_at]
+        return float(later.min()) if later.size else None
 
     async def _whole_window_period(self) -> float | None:
         """T of the whole window (the outer-period watch), off the loop.

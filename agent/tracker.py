@@ -23,6 +23,8 @@ from agent.rates import GridSeries
 __all__ = [
     "LOCK_GAP_GRACE_S",
     "NESTED_RATIO",
+    "PAUSE_MAX_S",
+    "PAUSE_PERIOD_TOL",
     "QUIET_GAP_MARGIN",
     "QUIET_PERIODS",
     "STEP_RATIO",
@@ -30,10 +32,12 @@ __all__ = [
     "SUSTAINED_MIN_S",
     "SUSTAINED_PERIODS",
     "LockAge",
+    "PauseMemory",
     "PeriodTracker",
     "RecentWatch",
     "StepChange",
     "TrackerUpdate",
+    "first_activity_s",
     "job_gone",
     "longest_event_gap_s",
     "longest_gap_s",
@@ -384,6 +388,69 @@ def job_gone(quiet_s: float, period_s: float, ring_gap_s: float) -> bool:
     job ran.
     """
     return quiet_s > QUIET_PERIODS * period_s and quiet_s > QUIET_GAP_MARGIN * ring_gap_s
+
+
+def first_activity_s(grid: GridSeries, threshold: float, after_s: float) -> float | None:
+    """Start of the first slot after ``after_s`` above ``threshold``: when traffic came back."""
+    start = max(0, math.ceil((after_s - grid.t0) / grid.dt))
+    if start >= grid.rate.size:
+        return None
+    above = np.flatnonzero(grid.valid[start:] & (grid.rate[start:] > threshold))
+    return grid.t0 + (start + int(above[0])) * grid.dt if above.size else None
+
+
+#: A resume is the same job's when the tracker locks again within this of the released T.
+PAUSE_PERIOD_TOL = 0.1
+#: Longer pauses are not remembered: a silence that long is shown as a stop every time.
+PAUSE_MAX_S = 60.0
+#: The lock that confirms a pause must come within this many of the released periods (and
+#: ``PAUSE_CONFIRM_MIN_S``) of the resume; later, it is a new job at the same pace.
+PAUSE_CONFIRM_PERIODS = 20.0
+PAUSE_CONFIRM_MIN_S = 10.0
+
+
+class PauseMemory:
+    """The longest pause the job came back from, so that the next one is not taken for a stop.
+
+    Within a ring its longest gap already tells a pause from a stop (:func:`job_gone`), but a
+    resume cuts the window at the stop and that evidence with it: a real job that paused 3-5 s
+    for evaluation after every 6 s of steps lost its T in every pause and spent most of each
+    stretch of steps locking again (T shown 42 % of the time). A pause counts once the
+    tracker locks again, soon after the resume, on about the T it released at the stop; a lock
+    on another T then is another job, and the memory is cleared. A job that changes its pace
+    while it runs (no stop between) keeps its pauses.
+    """
+
+    def __init__(self) -> None:
+        self._pause_s = 0.0
+        self._pending: tuple[float, float, float] | None = None  # (pause, released T, at)
+
+    def resumed(self, pause_s: float, released_s: float | None, now_s: float) -> None:
+        """Traffic came back ``pause_s`` after the stop of a job locked at ``released_s``.
+
+        ``released_s`` is None when nothing was locked at the stop.
+        """
+        self._pending = None
+        if released_s is not None and 0.0 < pause_s <= PAUSE_MAX_S:
+            self._pending = (pause_s, released_s, now_s)
+
+    def locked(self, period_s: float, now_s: float) -> None:
+        """The tracker took a lock on ``period_s`` (from none)."""
+        pending, self._pending = self._pending, None
+        if pending is None:
+            return
+        pause, released, at = pending
+        if now_s - at > max(PAUSE_CONFIRM_MIN_S, PAUSE_CONFIRM_PERIODS * released):
+            return
+        if _close(period_s, released, PAUSE_PERIOD_TOL):
+            self._pause_s = max(self._pause_s, pause)
+        else:
+            self._pause_s = 0.0  # another job after the stop
+
+    @property
+    def pause_s(self) -> float:
+        """The longest pause remembered (0 if none)."""
+        return self._pause_s
 
 
 #: A lock held this many of its periods, and at least ``SUSTAINED_MIN_S``, with the window

@@ -72,8 +72,10 @@ from agent.pipeline import PipelineSettings
 from agent.rates import Direction, GridSeries, grid_from_cumulative
 from agent.tracker import (
     LockAge,
+    PauseMemory,
     PeriodTracker,
     RecentWatch,
+    first_activity_s,
     job_gone,
     longest_gap_s,
     periods_kept_after_lost_lock,
@@ -1104,14 +1106,16 @@ class OnlineUpdate:
     duty: float | None = None
 
 
-def _job_gone(window: OnlineWindow, est: Estimate, locked: float | None) -> float | None:
+def _job_gone(
+    window: OnlineWindow, est: Estimate, locked: float | None, pauses: PauseMemory
+) -> float | None:
     """Pipeline._job_gone: the last burst's end once the silence after it is longer than two
-    periods and the ring's longest pause; else None."""
+    periods, the ring's longest pause and any pause the job came back from; else None."""
     period = locked if locked is not None else est.period_s
     quiet, threshold, last_end = est.quiet_s, est.burst_threshold, est.last_burst_end_s
     if period is None or quiet is None or threshold is None or last_end is None:
         return None
-    if not job_gone(quiet, period, 0.0):
+    if not job_gone(quiet, period, 0.0) or not job_gone(quiet, period, pauses.pause_s):
         return None
     ring = window.grids().get(est.direction or "tx")  # the direction of the threshold
     if ring is None or not job_gone(quiet, period, longest_gap_s(ring, threshold)):
@@ -1154,6 +1158,7 @@ def run_online(
     cut_at: float | None = None  # Pipeline._cut_at
     hops_locked = 0  # Pipeline._hops_locked
     lock_age = LockAge()  # Pipeline._lock_age
+    pauses = PauseMemory()  # Pipeline._pauses
     while True:
         now = t_start + k * settings.hop_s
         k += 1
@@ -1180,7 +1185,7 @@ def run_online(
         )
         was_locked = tracker.locked
         resumed = False
-        gone_at = _job_gone(window, est, was_locked)  # as Pipeline._estimate_loop
+        gone_at = _job_gone(window, est, was_locked, pauses)  # as Pipeline._estimate_loop
         if gone_at is not None:
             stopped_at = gone_at
         elif (
@@ -1188,6 +1193,14 @@ def run_online(
             and est.last_burst_end_s is not None
             and est.last_burst_end_s > stopped_at + 0.1
         ):
+            side = grids.get(est.direction) if est.direction is not None else None
+            back = (
+                first_activity_s(side, est.burst_threshold, stopped_at + 0.1)
+                if side is not None and est.burst_threshold is not None
+                else None
+            )
+            if back is not None:
+                pauses.resumed(back - stopped_at, tracker.expected, now)
             window.drop_before(stopped_at + 0.1)
             stopped_at = None
             resumed = True
@@ -1242,6 +1255,8 @@ def run_online(
             if relocked is not None:
                 update = replace(update, period_s=relocked, changed=True)
                 keep_from = watch.keep_from(now, relocked, settings.restart_periods)
+        if was_locked is None and update.period_s is not None:
+            pauses.locked(update.period_s, now)
         hops_locked = (
             0
             if update.period_s is None or was_locked is None or update.changed

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import logging
 import math
+from collections.abc import Sequence
 from dataclasses import replace
 
 import numpy as np
@@ -36,10 +37,15 @@ class SquareWaveCounters:
         period: float = 0.5,
         stop_after_s: float | None = None,
         resume_after_s: float = math.inf,
+        *,
+        pauses: Sequence[tuple[float, float]] = (),
     ) -> None:
         self.period = period
-        self.stop_after_s = stop_after_s
-        self.resume_after_s = resume_after_s
+        #: Silences (start, end) in seconds from the start: the first one from ``stop_after_s``
+        #: to ``resume_after_s``, then ``pauses``.
+        first = [(stop_after_s, resume_after_s)] if stop_after_s is not None else []
+        self.pauses = [*first, *pauses]
+        self.stop_after_s = self.pauses[0][0] if self.pauses else None
         self.stopped_at: float | None = None
         self.started: float | None = None
 
@@ -50,12 +56,10 @@ class SquareWaveCounters:
 
     def _on_seconds(self, t: float) -> float:
         """Seconds in bursts from the start to ``t``, none while stopped."""
-        stop = self.stop_after_s
-        if stop is None:
-            return self._wave_seconds(t)
-        seconds = self._wave_seconds(min(t, stop))
-        if t > self.resume_after_s:
-            seconds += self._wave_seconds(t) - self._wave_seconds(self.resume_after_s)
+        seconds = self._wave_seconds(t)
+        for a, b in self.pauses:
+            if t > a:
+                seconds -= self._wave_seconds(min(t, b)) - self._wave_seconds(a)
         return seconds
 
     async def run(self, emit: Emit) -> None:
@@ -232,6 +236,29 @@ def test_a_stopped_job_shows_as_idle_and_a_resumed_one_is_estimated_again() -> N
         assert s.estimate.period_s == pytest.approx(0.5, rel=0.02)
         assert s.estimate.regime == "training"
         assert s.estimate.burst_bandwidth == pytest.approx(1e9, rel=0.05)
+
+
+def test_a_pause_like_one_the_job_came_back_from_keeps_its_period() -> None:
+    """0.5 s steps with two silences of 3 s (an evaluation every few seconds of steps). The
+    first is a stop: nothing tells it from the job's end. The job comes back at its T, and the
+    second silence, no longer than the first, is its own pause: T stays through it (each
+    resume used to cut that evidence from the window, and every pause lost the lock)."""
+    wave = SquareWaveCounters(period=0.5, pauses=[(5.0, 8.0), (14.0, 17.0)])
+    seen = _run(wave, PipelineSettings(hop_s=0.5, counter_rate_hz=200), 18.0)
+    assert wave.started is not None
+    at = [(s.time_s - wave.started, s) for s in seen]
+    shown = [(round(t, 2), s.estimate and (s.estimate.regime, s.estimate.period_s)) for t, s in at]
+    first = [s for t, s in at if 6.5 <= t <= 7.9]
+    assert first
+    assert not any(s.locked for s in first), shown
+    assert any(s.locked for t, s in at if 10.0 <= t < 14.0), shown
+    second = [s for t, s in at if 15.0 <= t <= 16.9]
+    assert second
+    assert all(s.locked for s in second), shown
+    for s in second:
+        assert s.estimate is not None
+        assert s.estimate.period_s == pytest.approx(0.5, rel=0.02)
+        assert s.estimate.regime == "training"
 
 
 class NcclTrains:

@@ -9,7 +9,10 @@ from hypothesis import strategies as st
 
 from agent.rates import GridSeries, direction_grids
 from agent.tracker import (
+    PAUSE_MAX_S,
+    PauseMemory,
     PeriodTracker,
+    first_activity_s,
     job_gone,
     longest_gap_s,
     periods_kept_after_lost_lock,
@@ -433,6 +436,53 @@ def test_a_job_is_gone_after_two_periods_and_more_than_its_own_pauses() -> None:
     # that pause, not the end (giving the lock up there lost the step, which the ring shows).
     assert not job_gone(1.6, 0.2, 1.5)
     assert job_gone(2.3, 0.2, 1.5)
+
+
+def test_traffic_comes_back_at_the_first_slot_above_the_threshold_after_the_stop() -> None:
+    grid = _bursts_at([0.0, 0.5, 4.0, 4.5], 0.1)
+    assert first_activity_s(grid, 0.5e9, 0.6) == pytest.approx(4.0)
+    assert first_activity_s(grid, 0.5e9, 4.05) == pytest.approx(4.05)  # inside a burst
+    # A poll that never came is no activity.
+    grid.valid[400:420] = False
+    assert first_activity_s(grid, 0.5e9, 0.6) == pytest.approx(4.5)
+    assert first_activity_s(grid, 0.5e9, 4.7) is None
+    assert first_activity_s(grid, 0.5e9, 99.0) is None
+
+
+def test_a_pause_counts_once_the_job_locks_again_at_its_old_period() -> None:
+    """A pause is the job's own only when the lock that follows it is at the released T, soon:
+    then a later silence up to 1.5 times it is no stop (:func:`job_gone` with it as the gap).
+    """
+    mem = PauseMemory()
+    assert mem.pause_s == 0.0
+    mem.resumed(3.0, 0.6, now_s=100.0)
+    assert mem.pause_s == 0.0  # not yet: the traffic that came back may be another job
+    mem.locked(0.62, now_s=103.0)
+    assert mem.pause_s == 3.0
+    assert not job_gone(4.4, 0.62, mem.pause_s)
+    assert job_gone(4.6, 0.62, mem.pause_s)
+    # A shorter pause keeps the longest; a lock taken without a resume changes nothing.
+    mem.resumed(2.0, 0.62, now_s=110.0)
+    mem.locked(0.6, now_s=112.0)
+    mem.locked(0.6, now_s=130.0)
+    assert mem.pause_s == 3.0
+    # A lock at another pace after a stop is another job: its pauses are its own.
+    mem.resumed(4.0, 0.6, now_s=140.0)
+    mem.locked(1.3, now_s=143.0)
+    assert mem.pause_s == 0.0
+
+
+def test_a_late_lock_a_stop_without_a_lock_or_a_long_silence_remembers_no_pause() -> None:
+    mem = PauseMemory()
+    mem.resumed(3.0, 0.5, now_s=0.0)
+    mem.locked(0.5, now_s=30.0)  # 60 periods after the resume: a new job at the same pace
+    assert mem.pause_s == 0.0
+    mem.resumed(3.0, None, now_s=40.0)  # nothing was locked at the stop
+    mem.locked(0.5, now_s=42.0)
+    assert mem.pause_s == 0.0
+    mem.resumed(PAUSE_MAX_S + 1.0, 0.5, now_s=50.0)  # a silence that long is a stop
+    mem.locked(0.5, now_s=52.0)
+    assert mem.pause_s == 0.0
 
 
 def test_a_released_lock_comes_back_at_once_only_for_the_same_period() -> None:

@@ -41,11 +41,11 @@ class SquareWaveCounters:
         pauses: Sequence[tuple[float, float]] = (),
     ) -> None:
         self.period = period
-        #: Silences (start, end) in seconds from the start: the first one from ``stop_after_s``
-        #: to ``resume_after_s``, then ``pauses``.
-        first = [(stop_after_s, resume_after_s)] if stop_after_s is not None else []
-        self.pauses = [*first, *pauses]
-        self.stop_after_s = self.pauses[0][0] if self.pauses else None
+        self.stop_after_s = stop_after_s
+        self.resume_after_s = resume_after_s
+        #: Silences (start, end) in seconds from the start, with ``stop_after_s`` given: the
+        #: first from there to ``resume_after_s``; without it, from the first of these.
+        self.pauses = list(pauses)
         self.stopped_at: float | None = None
         self.started: float | None = None
 
@@ -57,10 +57,14 @@ class SquareWaveCounters:
     def _on_seconds(self, t: float) -> float:
         """Seconds in bursts from the start to ``t``, none while stopped."""
         seconds = self._wave_seconds(t)
-        for a, b in self.pauses:
+        for a, b in self._silences():
             if t > a:
                 seconds -= self._wave_seconds(min(t, b)) - self._wave_seconds(a)
         return seconds
+
+    def _silences(self) -> list[tuple[float, float]]:
+        stop = self.stop_after_s
+        return [(stop, self.resume_after_s), *self.pauses] if stop is not None else self.pauses
 
     async def run(self, emit: Emit) -> None:
         clock = MonotonicClock()
@@ -74,7 +78,8 @@ class SquareWaveCounters:
             # steps while t < now counted a step too many whenever float rounding put the tenth
             # step a hair short of the poll: B read 1.067 GB/s, depending on the clock's value.)
             total += 1e9 * (self._on_seconds(now - start) - self._on_seconds(last - start))
-            stop = self.stop_after_s
+            silences = self._silences()
+            stop = silences[0][0] if silences else None
             if stop is not None and self.stopped_at is None and now - start >= stop:
                 self.stopped_at = start + stop
             last = now

@@ -49,11 +49,21 @@ async def _run(args: argparse.Namespace) -> dict[str, object]:
             clock=clock,
         )
         rate_hz = 1 / args.poll
+    #: Every hop's (time, T, confidence): what led to the reported T, for a failing test.
+    history: list[tuple[float, float | None, float]] = []
+
+    def keep(snap: Snapshot) -> None:
+        est = snap.estimate
+        history.append(
+            (round(snap.time_s, 2), est.period_s if est else None, est.confidence if est else 0.0)
+        )
+
     pipeline = Pipeline(
         [source],
         store,
         settings=PipelineSettings(hop_s=1.0, window_s=args.window, counter_rate_hz=rate_hz),
         clock=clock,
+        on_snapshot=keep,
     )
     kernel: dict[str, dict[str, int]] = {}
     during: list[Snapshot | None] = []
@@ -123,6 +133,7 @@ async def _run(args: argparse.Namespace) -> dict[str, object]:
         "stats": {k: dict(v) for k, v in snap.source_stats.items()},
         "kernel": {d: kernel["end"][d] - kernel["start"][d] for d in ("tx", "rx")}
         if kernel else None,
+        "history": history,
     }  # fmt: skip
 
 

@@ -102,7 +102,8 @@ def test_capture_recovers_the_burst_train_and_counts_every_frame(veth_pair: Link
     assert health["errors"] == 0, health
     est = r["estimate"]
     assert est is not None, r
-    assert est["period_s"] == pytest.approx(PERIOD, rel=0.02), est
+    # The hops' (time, T, confidence) say how a wrong T came (once on CI: 1.0 s, 0.9995).
+    assert est["period_s"] == pytest.approx(PERIOD, rel=0.02), (est, r["history"])
     assert est["burst_bandwidth_bytes_per_s"] == pytest.approx(RATE_BYTES, rel=0.10), est
     assert est["duty_cycle"] == pytest.approx(DUTY, abs=0.05), est
     assert est["regime"] == "training"

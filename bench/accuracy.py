@@ -2033,6 +2033,8 @@ class RealRecording:
     warmup: int
     changed_at_step: int | None
     aperiodic: bool
+    #: Step ends of a second job on the same link (two tenants): its T is as right as the first's.
+    other_ends: FloatArray | None = None
 
 
 def load_real(path: Path) -> RealRecording:
@@ -2051,6 +2053,11 @@ def load_real(path: Path) -> RealRecording:
         warmup=int(truth.get("warmup_steps", 0)),
         changed_at_step=int(changed) if changed is not None else None,
         aperiodic=bool(truth.get("aperiodic", False)),
+        other_ends=(
+            np.asarray(truth["second_step_end_s"], dtype=np.float64)
+            if "second_step_end_s" in truth
+            else None
+        ),
     )
 
 
@@ -2080,10 +2087,15 @@ class RealStats:
     aperiodic: bool = False
 
 
-def _step_error(ends: FloatArray, at: float, value: float) -> float | None:
+def _step_error(
+    ends: FloatArray, at: float, value: float, other: FloatArray | None = None
+) -> float | None:
     """``|value / m − 1|`` for the closest ``m`` of the means of the last 4, 8 and 16 steps that
-    ended by ``at`` (each of the steps there are, at least 2; None: fewer)."""
+    ended by ``at`` (each of the steps there are, at least 2; None: fewer), of the job's steps
+    or of ``other``'s (a second tenant's)."""
     means = [_mean_step_before(ends, at, k, 2) for k in REAL_SPANS]
+    if other is not None:
+        means += [_mean_step_before(other, at, k, 2) for k in REAL_SPANS]
     errors = [abs(value / m - 1.0) for m in means if m is not None]
     return min(errors) if errors else None
 
@@ -2120,7 +2132,7 @@ def run_real(rec: RealRecording, hop_s: float = 1.0) -> RealStats:
     ends = rec.ends
 
     def so_far(at: float, value: float) -> float | None:  # from the first steady steps on
-        return _step_error(steady, at, value)
+        return _step_error(steady, at, value, rec.other_ends)
 
     first: list[float | None] = []
     relock: list[float | None] = []
@@ -2145,7 +2157,7 @@ def run_real(rec: RealRecording, hop_s: float = 1.0) -> RealStats:
             if u.reported_s is None:
                 continue
             locked += 1
-            err = _step_error(ends, u.time_s, u.reported_s)
+            err = _step_error(ends, u.time_s, u.reported_s, rec.other_ends)
             if err is not None:
                 errors.append(err)
         if rec.changed_at_step is not None:
@@ -2200,8 +2212,8 @@ def render_real(rep: Report, rows: Sequence[RealStats], hop_s: float) -> None:
         f"{', '.join(map(str, REAL_SPANS[:-1]))} or {REAL_SPANS[-1]} steps (as many as there "
         "are, 2 at least: the locked window holds 16 periods, and restarts on the newest few "
         "after a change; pauses over "
-        f"{REAL_PAUSE:g} median steps left out); *T err*: the median of the smallest of those "
-        "errors. *re-lock*: "
+        f"{REAL_PAUSE:g} median steps left out; two jobs on one link: of either job); *T err*: "
+        "the median of the smallest of those errors. *re-lock*: "
         f"after a change of step time, seconds from the first new step's start until T is "
         f"within {REAL_TOL:.0%} of the new mean step for {LATENCY_STAY} hops. Aperiodic "
         "recordings: hops with any T (none wanted)."

@@ -234,13 +234,19 @@ def test_a_stopped_job_shows_as_idle_and_a_resumed_one_is_estimated_again() -> N
         assert est.mean_bandwidth < 1e6
     assert any(t < 5.0 and s.locked for t, s in at)
     resumed = [s for t, s in at if t >= 14.5]
-    assert resumed
-    assert all(s.locked for s in resumed), shown
-    for s in resumed:
+    _assert_locked_training(resumed, 0.5, shown)
+    bandwidths = [s.estimate.burst_bandwidth for s in resumed if s.estimate is not None]
+    assert bandwidths == pytest.approx([1e9] * len(resumed), rel=0.05)
+
+
+def _assert_locked_training(snaps: list[Snapshot], period: float, shown: object) -> None:
+    """Each snapshot (at least one) locked at ``period``, its regime training."""
+    assert snaps
+    assert all(s.locked for s in snaps), shown
+    for s in snaps:
         assert s.estimate is not None
-        assert s.estimate.period_s == pytest.approx(0.5, rel=0.02)
+        assert s.estimate.period_s == pytest.approx(period, rel=0.02)
         assert s.estimate.regime == "training"
-        assert s.estimate.burst_bandwidth == pytest.approx(1e9, rel=0.05)
 
 
 def test_a_pause_like_one_the_job_came_back_from_keeps_its_period() -> None:
@@ -257,13 +263,7 @@ def test_a_pause_like_one_the_job_came_back_from_keeps_its_period() -> None:
     assert first
     assert not any(s.locked for s in first), shown
     assert any(s.locked for t, s in at if 10.0 <= t < 14.0), shown
-    second = [s for t, s in at if 15.0 <= t <= 16.9]
-    assert second
-    assert all(s.locked for s in second), shown
-    for s in second:
-        assert s.estimate is not None
-        assert s.estimate.period_s == pytest.approx(0.5, rel=0.02)
-        assert s.estimate.regime == "training"
+    _assert_locked_training([s for t, s in at if 15.0 <= t <= 16.9], 0.5, shown)
 
 
 class NcclTrains:

@@ -85,14 +85,6 @@ class DetectorSettings:
     min_regular_fraction: float = 0.7
     level_samples: int = 8192
     decimation: int = 4
-    #: Fewest samples of a decimated level, and before a lock. A step whose bursts come as a
-    #: train (DDP's bucketed all-reduces through the backward pass) repeats clearly only once
-    #: decimation has merged each train into one bump; 64 samples of that level took 10 s of
-    #: 100 Hz polls, and a real job of 1.4 s steps was locked after 9-12 steps (13-17 s).
-    #: With 32, after 3-7 steps. A locked window keeps 64: there a short coarse level, across
-    #: a change of step, read a period between the old and the new one and delayed the re-lock.
-    min_level_samples: int = 64
-    cold_min_level_samples: int = 32
     #: Shortest lag looked for at the decimated levels. At 5, a period of just under 20 input
     #: samples fell between level 0 (where narrow jittered bursts smear its NSDF comb) and
     #: level 1 (where the decimation has merged them into a clear one): bench S3, 13 % missed.
@@ -1837,8 +1829,7 @@ def estimate_period(
     if x is None:
         return PeriodResult(None, 0.0, warnings=("too few samples to look for a period",))
 
-    fewest = cfg.min_level_samples if expected_period_s is not None else cfg.cold_min_level_samples
-    pyramid = build_pyramid(x, dt, factor=cfg.decimation, min_samples=fewest)
+    pyramid = build_pyramid(x, dt, factor=cfg.decimation)
     detections: list[LevelDetection] = []
     prepared: list[_Level | None] = []
     for level, lv in enumerate(pyramid):

@@ -82,6 +82,7 @@ __all__ = [
     "Snapshot",
     "SnapshotStore",
     "SourceHealth",
+    "traffic_back_at",
 ]
 
 log = logging.getLogger(__name__)
@@ -266,6 +267,26 @@ def _active_after(est: Estimate, inputs: EstimateInputs, stopped_at: float) -> b
         return False
     timed = mix.call_times[np.isfinite(mix.call_times)]
     return timed.size > 0 and float(timed.max()) > stopped_at
+
+
+def traffic_back_at(est: Estimate, inputs: EstimateInputs, stopped_at: float) -> float | None:
+    """When traffic came back after a stop at ``stopped_at`` (a hop :func:`_active_after`).
+
+    The first slot above the burst threshold after it, or with the NCCL log alone, the first
+    call after it.
+    """
+    if inputs.network:
+        threshold = est.burst_threshold
+        grid = inputs.network.get(est.direction) if est.direction is not None else None
+        if grid is None or threshold is None:
+            return None
+        return first_activity_s(grid, threshold, stopped_at + _STOP_SLACK_S)
+    mix = inputs.collectives
+    if mix is None:
+        return None
+    times = mix.call_times[np.isfinite(mix.call_times)]
+    later = times[times > stopped_at]
+    return float(later.min()) if later.size else None
 
 
 class Pipeline:
@@ -633,7 +654,7 @@ class Pipeline:
             if stopped_at is not None:
                 self._stopped_at = stopped_at
             elif self._stopped_at is not None and _active_after(est, inputs, self._stopped_at):
-                back = self._resumed_at(est, inputs, self._stopped_at)
+                back = traffic_back_at(est, inputs, self._stopped_at)
                 if back is not None:
                     self._pauses.resumed(
                         back - self._stopped_at, self._tracker.expected, self._clock.now()
@@ -901,49 +922,26 @@ class Pipeline:
                 return None
             last = float(timed.max())
             silent = max(0.0, self._clock.now() - self._cfg.calls_delivery_s - last)
-            if not job_gone(silent, period, 0.0):
-                return None
+            if not job_gone(silent, period, self._pauses.pause_s):
+                return None  # under two periods, or a pause the job came back from
             ring = self._state.calls.mix(since=None)
             gap = longest_event_gap_s(ring.call_times) if ring is not None else 0.0
-            gap = max(gap, self._pauses.pause_s)
             return last if job_gone(silent, period, gap) else None
         quiet, threshold, last_end = est.quiet_s, est.burst_threshold, est.last_burst_end_s
         if quiet is None or threshold is None or last_end is None:
             return None
-        if not job_gone(quiet, period, 0.0):
-            return None
+        if not job_gone(quiet, period, self._pauses.pause_s):
+            return None  # under two periods, or a pause the job came back from
         _, grids = self._network(since=None)
         grid = grids.get(est.direction) if est.direction is not None else None
         if grid is None:
             return None
-        remembered = self._pauses.pause_s
-        if not job_gone(quiet, period, remembered):
-            return None  # a pause no longer than one the job came back from
         try:
             gap = await asyncio.to_thread(longest_gap_s, grid, threshold)
         except Exception:  # advisory: never let it stop the estimates
             log.exception("quiet watch failed on this window")
             return None
         return last_end if job_gone(quiet, period, gap) else None
-
-    def _resumed_at(self, est: Estimate, inputs: EstimateInputs, stopped_at: float) -> float | None:
-        """When traffic came back after the stop at ``stopped_at``.
-
-        The first slot above the burst threshold after it, or with the NCCL log alone, the
-        first call after it.
-        """
-        if inputs.network:
-            threshold = est.burst_threshold
-            grid = inputs.network.get(est.direction) if est.direction is not None else None
-            if grid is None or threshold is None:
-                return None
-            return first_activity_s(grid, threshold, stopped_at + _STOP_SLACK_S)
-        mix = inputs.collectives
-        if mix is None:
-            return None
-        times = mix.call_times[np.isfinite(mix.call_times)]
-        later = times[times > stopped_at]
-        return float(later.min()) if later.size else None
 
     async def _whole_window_period(self) -> float | None:
         """T of the whole window (the outer-period watch), off the loop.

@@ -68,14 +68,13 @@ import numpy.typing as npt
 
 from agent.estimate import Estimate, EstimateInputs, busier_direction, estimate, estimate_recent
 from agent.period import estimate_period
-from agent.pipeline import PipelineSettings
+from agent.pipeline import PipelineSettings, traffic_back_at
 from agent.rates import Direction, GridSeries, grid_from_cumulative
 from agent.tracker import (
     LockAge,
     PauseMemory,
     PeriodTracker,
     RecentWatch,
-    first_activity_s,
     job_gone,
     longest_gap_s,
     periods_kept_after_lost_lock,
@@ -1115,7 +1114,7 @@ def _job_gone(
     quiet, threshold, last_end = est.quiet_s, est.burst_threshold, est.last_burst_end_s
     if period is None or quiet is None or threshold is None or last_end is None:
         return None
-    if not job_gone(quiet, period, 0.0) or not job_gone(quiet, period, pauses.pause_s):
+    if not job_gone(quiet, period, pauses.pause_s):
         return None
     ring = window.grids().get(est.direction or "tx")  # the direction of the threshold
     if ring is None or not job_gone(quiet, period, longest_gap_s(ring, threshold)):
@@ -1177,12 +1176,10 @@ def run_online(
             )
             out.append(OnlineUpdate(now, held, None, 0.0))
             continue
-        est, recent_from = estimate_recent(
-            EstimateInputs(
-                network=grids, network_source="counters", expected_period_s=tracker.expected
-            ),
-            min_window_s=settings.min_window_s,
+        inputs = EstimateInputs(
+            network=grids, network_source="counters", expected_period_s=tracker.expected
         )
+        est, recent_from = estimate_recent(inputs, min_window_s=settings.min_window_s)
         was_locked = tracker.locked
         resumed = False
         gone_at = _job_gone(window, est, was_locked, pauses)  # as Pipeline._estimate_loop
@@ -1193,12 +1190,7 @@ def run_online(
             and est.last_burst_end_s is not None
             and est.last_burst_end_s > stopped_at + 0.1
         ):
-            side = grids.get(est.direction) if est.direction is not None else None
-            back = (
-                first_activity_s(side, est.burst_threshold, stopped_at + 0.1)
-                if side is not None and est.burst_threshold is not None
-                else None
-            )
+            back = traffic_back_at(est, inputs, stopped_at)
             if back is not None:
                 pauses.resumed(back - stopped_at, tracker.expected, now)
             window.drop_before(stopped_at + 0.1)

@@ -85,6 +85,15 @@ class DetectorSettings:
     min_regular_fraction: float = 0.7
     level_samples: int = 8192
     decimation: int = 4
+    #: Fewest samples of a decimated level, and before a lock. A step whose bursts come as a
+    #: train (DDP's bucketed all-reduces through the backward pass) repeats clearly only once
+    #: decimation has merged each train into one bump; 64 samples of that level took 10 s of
+    #: 100 Hz polls, and a real job of 1.4 s steps was locked after 9-12 steps (13-17 s).
+    #: With 32, after 3-7 steps. A locked window keeps 64: there a short coarse level, across
+    #: a change of step, read a period between the old and the new one and delayed the re-lock.
+    #: A short level's period counts only where no full level has one (:func:`_short_levels_last`).
+    min_level_samples: int = 64
+    cold_min_level_samples: int = 32
     #: Shortest lag looked for at the decimated levels. At 5, a period of just under 20 input
     #: samples fell between level 0 (where narrow jittered bursts smear its NSDF comb) and
     #: level 1 (where the decimation has merged them into a clear one): bench S3, 13 % missed.
@@ -1124,6 +1133,21 @@ def _without_few_cycle_multiples(
     return keep
 
 
+def _short_levels_last(
+    valid: list[LevelDetection], pyramid: list[PyramidLevel], cfg: DetectorSettings
+) -> list[LevelDetection]:
+    """Drop the periods of levels under ``min_level_samples`` when a full level has one.
+
+    A short coarse level (kept before a lock for trains of bursts, which repeat clearly only
+    there) cannot show a finer level's period, which its decimation aliases (0.1 s steps at
+    80 ms samples read 0.4 s), and 32-63 samples average little of that alias or of a beat
+    at the hop away: the walk would take it for an outer period the fine period hides under.
+    It speaks only where the full levels find nothing: a train's bursts, irregular inside.
+    """
+    full = [d for d in valid if pyramid[d.level].samples.size >= cfg.min_level_samples]
+    return full if full else valid
+
+
 def _occupancy(x: FloatArray, dt: float, period_s: float) -> float:
     """Share of the window's period-long stretches that hold a sample above the level midpoint.
 
@@ -1829,7 +1853,8 @@ def estimate_period(
     if x is None:
         return PeriodResult(None, 0.0, warnings=("too few samples to look for a period",))
 
-    pyramid = build_pyramid(x, dt, factor=cfg.decimation)
+    fewest = cfg.min_level_samples if expected_period_s is not None else cfg.cold_min_level_samples
+    pyramid = build_pyramid(x, dt, factor=cfg.decimation, min_samples=fewest)
     detections: list[LevelDetection] = []
     prepared: list[_Level | None] = []
     for level, lv in enumerate(pyramid):
@@ -1846,7 +1871,9 @@ def estimate_period(
         if det is not None:
             detections.append(det)
 
-    valid = _without_few_cycle_multiples([d for d in detections if d.valid], cfg)
+    valid = _short_levels_last(
+        _without_few_cycle_multiples([d for d in detections if d.valid], cfg), pyramid, cfg
+    )
     if not valid:
         rescued = _confirmed_by_edges(detections, pyramid, cfg, t0)
         if rescued is None and expected_period_s is not None:

@@ -13,6 +13,7 @@ from agent.period import (
     DetectorSettings,
     LevelDetection,
     _confidence,
+    _short_levels_last,
     _without_few_cycle_multiples,
     build_pyramid,
     estimate_period,
@@ -378,6 +379,23 @@ def test_a_few_cycle_multiple_of_a_seen_period_is_not_a_period() -> None:
     assert _without_few_cycle_multiples([t, outer], cfg) == [t, outer]
     odd = _detection(2.5, 3.0, level=1)  # not a multiple of T: kept
     assert _without_few_cycle_multiples([t, odd], cfg) == [t, odd]
+
+
+def test_a_short_coarse_level_speaks_only_where_the_full_levels_are_silent() -> None:
+    """Before a lock the pyramid keeps coarse levels of 32-63 samples (a train of bursts
+    repeats clearly only there), but such a level cannot show a finer level's period, and its
+    aliases of it (0.1 s steps at 80 ms samples read 0.4 s) would pass the walk as an outer
+    period. A full level's period keeps it out; alone, it is the period."""
+    cfg = DetectorSettings()
+    x = np.zeros(640)  # 3.2 s at 5 ms: levels of 5, 20 (full) and 80 ms (short)
+    pyramid = build_pyramid(x, 0.005, min_samples=cfg.cold_min_level_samples)
+    assert [lv.samples.size for lv in pyramid] == [640, 158, 38]  # CIC3 edges trimmed
+    fine = LevelDetection(level=1, dt=0.02, lag=5.0, nsdf=0.9, comb=0.9, z=50.0, cycles=32.0,
+                          valid=True)  # fmt: skip
+    alias = LevelDetection(level=2, dt=0.08, lag=5.0, nsdf=0.9, comb=0.9, z=6.0, cycles=8.0,
+                           valid=True)  # fmt: skip
+    assert _short_levels_last([fine, alias], pyramid, cfg) == [fine]
+    assert _short_levels_last([alias], pyramid, cfg) == [alias]
 
 
 def test_under_10_percent_jitter_t_is_the_mean_step_of_the_window() -> None:

@@ -154,6 +154,7 @@ def active_span(rate: FloatArray) -> tuple[int, int]:
     its rising edge. Unknown (NaN) slots inside the traffic are not idle (a gap is no off
     phase), but the ends are found among the known slots: an unknown slot at either end (a
     device not read at the last poll) must not make the idle before it part of the traffic.
+    A long hole without reads at an end is cut, with all beyond it.
     Returns ``(0, n)`` when nothing is cut.
     """
     n = rate.size
@@ -169,10 +170,31 @@ def active_span(rate: FloatArray) -> tuple[int, int]:
     edges = np.flatnonzero(np.diff(np.concatenate(([0], idle.astype(np.int8), [0]))))
     inner = int((edges[1::2] - edges[0::2]).max()) if edges.size else 0
     keep = max(1, inner)
-    head, tail = int(known[:first].sum()), int(known[last + 1 :].sum())  # known idle only
-    i0 = first - keep if head > max(2 * inner, 8) else 0
-    i1 = last + 1 + keep if tail > max(2 * inner, 8) else n
+    cut = max(2 * inner, 8)
+    # Beyond a hole without reads longer than that, an end holds nothing of the traffic: a
+    # last row an hour after the others (a poll that found the job gone) left an hour of
+    # unknown slots, which moved T from 1.0 to 6.8 s.
+    lo, hi = _past_holes(known, first, last, cut)
+    head, tail = int(known[lo:first].sum()), int(known[last + 1 : hi].sum())  # known idle
+    i0 = first - keep if head > cut else lo
+    i1 = last + 1 + keep if tail > cut else hi
     return i0, i1
+
+
+def _past_holes(
+    known: npt.NDArray[np.bool_], first: int, last: int, longer: int
+) -> tuple[int, int]:
+    """Slots ``[lo, hi)``: the ends beyond holes of over ``longer`` unknown slots cut.
+
+    Only holes before slot ``first`` and after slot ``last`` (the traffic's) count.
+    """
+    unknown = np.concatenate(([0], (~known).astype(np.int8), [0]))
+    edges = np.flatnonzero(np.diff(unknown))
+    starts, ends = edges[0::2], edges[1::2]
+    long = (ends - starts) > longer
+    lo = int(ends[long & (ends <= first)].max(initial=0))
+    hi = int(starts[long & (starts > last)].min(initial=known.size))
+    return lo, hi
 
 
 _DIRECTION_WORDS = {"tx": "tx", "xmit": "tx", "transmit": "tx", "transmitted": "tx",
@@ -413,6 +435,11 @@ def stale_reads(deltas: FloatArray, *, refresh: int | None = None) -> BoolArray:
     return stale
 
 
+#: Most slots one grid may have: 0.8 GB a float array (a day at 1 kHz is 86 M). A stray time
+#: stamp asked for 170 G, and numpy's MemoryError reached the user as a traceback.
+MAX_GRID_SLOTS = 100_000_000
+
+
 def grid_from_cumulative(
     times: FloatArray,
     deltas: FloatArray,
@@ -455,9 +482,16 @@ def grid_from_cumulative(
     bad = ~np.isfinite(deltas) | (spans <= 0) | (spans > limit)
     clean = np.where(bad, 0.0, deltas)
     cumulative = np.concatenate(([0.0], np.cumsum(clean)))
-    n = int(np.floor((float(times[-1]) - t0) / dt + 1e-9))
+    span = float(times[-1]) - t0
+    n = int(np.floor(span / dt + 1e-9))
     if n < 1:
         raise ValueError("the reads span less than one grid step")
+    if n > MAX_GRID_SLOTS:
+        raise ValueError(
+            f"the reads span {span:,.0f} s at a {dt:.3g} s poll: {n:,} grid slots, more than "
+            f"the {MAX_GRID_SLOTS:,} read at once (a row stamped far from the others? analyze "
+            "the file in parts)"
+        )
     edges = t0 + dt * np.arange(n + 1, dtype=np.float64)
     at_edges = np.interp(edges, times, cumulative)
     rate = np.diff(at_edges) / dt
@@ -621,6 +655,7 @@ def direction_grids(
 
 __all__ += [
     "IDLE_FRACTION",
+    "MAX_GRID_SLOTS",
     "MAX_SPREAD_INTERVALS",
     "PollIntervals",
     "active_span",

@@ -32,6 +32,7 @@ import numpy as np
 import numpy.typing as npt
 
 from agent.errors import InputFormatError
+from collectors._stray import stray_times
 from collectors._text import Skipped, read_text_file
 
 __all__ = ["CounterTable", "parse_counters_csv", "read_counters_csv"]
@@ -251,9 +252,16 @@ def parse_counters_csv(lines: Iterable[str], *, path: Path | str = "<counters>")
                 t_arr = t_arr * scale
                 warnings.append(f"the time column holds epoch {name}: read as such")
                 break
-    t_arr, keep, note = _same_stamps(t_arr)
+    stray = stray_times(t_arr)
+    rows: slice | npt.NDArray[np.intp] = slice(None)
+    if stray.any():
+        warnings.append(_stray_note(t_arr, stray))
+        rows = np.flatnonzero(~stray)
+        t_arr = t_arr[rows]
+    t_arr, same, note = _same_stamps(t_arr)
     if note is not None:
         warnings.append(note)
+    keep: slice | npt.NDArray[Any] = rows[same] if isinstance(rows, np.ndarray) else same
     for j, name in enumerate(names):
         if present[j] and not any(present[j]):
             warnings.append(f"column {name!r} holds no counter value at all")
@@ -265,9 +273,21 @@ def parse_counters_csv(lines: Iterable[str], *, path: Path | str = "<counters>")
     )
 
 
-def _to_numpy(
-    columns: list[Any], dtype: type[np.generic], keep: slice | npt.NDArray[np.bool_]
-) -> Any:
+def _stray_note(times: npt.NDArray[np.float64], stray: npt.NDArray[np.bool_]) -> str:
+    """Says which rows :func:`~collectors._stray.stray_times` left out, and how far off."""
+    first = int(np.flatnonzero(stray)[0])
+    median = float(np.median(times[~stray]))
+    days = abs(float(times[first]) - median) / 86_400.0
+    gap = f"{days:,.0f} days" if days >= 2 else f"{days * 24:.0f} h"
+    return (
+        f"{int(stray.sum())} row(s) stamped far from the others left out: the first, data row "
+        f"{first + 1}, at time {float(times[first]):.6g} s, {gap} "
+        f"{'before' if times[first] < median else 'after'} the median row (a placeholder row, a "
+        "clock not yet set?); gridded with the others, they would stretch the grid over the gap"
+    )
+
+
+def _to_numpy(columns: list[Any], dtype: type[np.generic], keep: slice | npt.NDArray[Any]) -> Any:
     """The first of ``columns`` as a writable numpy array, taken off the list.
 
     Each column is released as it is copied, so a long recording is never held twice.

@@ -97,6 +97,7 @@ import numpy as np
 import numpy.typing as npt
 
 from agent.errors import InputFormatError
+from collectors._stray import stray_times
 from collectors._text import inflated_chunks, open_binary
 
 __all__ = [
@@ -1233,48 +1234,12 @@ def _cooked_to_wire(g: _Gather, chunk: _Chunk, link_type: int, origs: _I64) -> _
     return out
 
 
-#: Frames stamped before this while most are later, or cut off from the median frame by a gap
-#: longer than _STRAY_GAP_NS, are left out of the time series (see :func:`_stray_times`).
-_Y2000_NS = 946_684_800 * _NS
-_STRAY_GAP_NS = 86_400 * _NS
-
-
-def _stray_times(time_ns: _I64, timed: _Bool) -> _Bool:
-    """Timed frames whose stamp is implausibly far from the rest: a clock gone astray.
-
-    A NIC clock before PTP sync stamps a frame at 1970 among frames of 2025: binned with them,
-    the bins grow to span the gap and the job reads as idle. Such a frame is one before
-    2000-01-01 while the median frame is later, or one cut off from the median frame by a gap
-    of over a day with no frame in it (a capture that runs for days, frames all along, keeps
-    them all). Needs three timed frames: with two, neither is the odd one.
-    """
-    rows = np.flatnonzero(timed)
-    stray = np.zeros(time_ns.size, dtype=bool)
-    if rows.size < 3:
-        return stray
-    order = np.argsort(time_ns[rows], kind="stable")
-    s = time_ns[rows][order]
-    mid = s.size // 2
-    odd = np.zeros(s.size, dtype=bool)
-    # Differences of sorted int64 in uint64: exact even across the whole int64 range.
-    gaps = np.flatnonzero((s[1:].view(np.uint64) - s[:-1].view(np.uint64)) > _STRAY_GAP_NS)
-    below, above = gaps[gaps < mid], gaps[gaps >= mid]
-    if below.size:
-        odd[: int(below[-1]) + 1] = True
-    if above.size:
-        odd[int(above[0]) + 1 :] = True
-    if s[mid] >= _Y2000_NS:
-        odd |= s < _Y2000_NS
-    stray[rows[order[odd]]] = True
-    return stray
-
-
 def _frames(k: int) -> str:
     return f"{k} frame" if k == 1 else f"{k} frames"
 
 
 def _stray_warning(time_ns: _I64, timed: _Bool, stray: _Bool) -> str:
-    """Says how many frames :func:`_stray_times` left out, and where the first one was."""
+    """Says how many frames :func:`~collectors._stray.stray_times` left out, and where."""
     first = int(np.flatnonzero(stray)[0])
     t = int(time_ns[first])
     median = int(np.median(time_ns[timed])) if timed.any() else t
@@ -2428,7 +2393,7 @@ def _analyse(buf: _Buf, chunks: Iterable[_Chunk], meta: _Meta) -> Capture:
         is_tx = np.where(typed, pkttype == PACKET_OUTGOING, is_tx)
     time_s = (time_ns // _NS).astype(np.float64) + (time_ns % _NS).astype(np.float64) / 1e9
     warn = list(meta.warn)
-    stray = _stray_times(time_ns, timed)
+    stray = stray_times(time_s, timed)
     if stray.any():
         timed = timed & ~stray
         warn.append(_stray_warning(time_ns, timed, stray))

@@ -233,6 +233,35 @@ def test_a_hole_without_reads_is_not_read_as_traffic(tmp_path: Path) -> None:
     assert any("no reads" in w for w in est.warnings)
 
 
+@pytest.mark.parametrize(
+    ("where", "stamp"),
+    [("first", "0"), ("last", "2000000000"), ("last", "+3600"), ("first", "-7200")],
+)
+def test_a_row_far_from_the_others_does_not_stretch_the_recording(
+    tmp_path: Path, where: str, stamp: str
+) -> None:
+    """A recorder's placeholder row at time 0 in an epoch-stamped file asked numpy for a 1.2 TiB
+    grid (a traceback); a last poll an hour after the job (the counter unchanged) left an hour
+    of unknown slots that moved T of a 1 s job to 6.8 s, without a word. Such a row is left
+    out (over a day off, with a warning) or its empty stretch cut with the idle ends."""
+    t, c, step = _recording("ddp-gloo-commbound")
+    t = t - t[0] + 1.7e9
+    rows = [f"{a:.6f},{b[0]},{b[1]}" for a, b in zip(t, c, strict=True)]
+    if stamp.startswith(("+", "-")):
+        at = float(t[-1] if where == "last" else t[0]) + float(stamp)
+    else:
+        at = float(stamp)
+    same = c[-1 if where == "last" else 0]  # the counters unchanged
+    extra = f"{at:.6f},{same[0]},{same[1]}"
+    rows = [*rows, extra] if where == "last" else [extra, *rows]
+    path = tmp_path / "stray.csv"
+    path.write_text("\n".join(["time,vetha_rx_bytes,vetha_tx_bytes", *rows]) + "\n")
+    est = analyze_files(counters=[path]).estimate
+    assert est.period_s == pytest.approx(step, rel=0.03)
+    far = abs(at - float(np.median(t))) > 86_400
+    assert any("stamped far from the others" in w for w in est.warnings) == far
+
+
 def test_rows_the_parser_left_out_are_named_in_the_warnings(tmp_path: Path) -> None:
     t, c, step = _recording("ddp-gloo-commbound")
     rows = ["time,vetha_rx_bytes,vetha_tx_bytes"]

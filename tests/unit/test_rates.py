@@ -199,8 +199,11 @@ def test_active_span_leaves_off_phases_and_unknown_slots_alone() -> None:
     on = np.tile(np.r_[np.ones(3), np.zeros(7)], 30)  # D = 0.3: off phases of 7 slots
     x = np.r_[np.zeros(12), on]  # a lead-in shorter than two off phases: part of the pattern
     assert active_span(x) == (0, x.size)
-    x = np.r_[np.full(400, np.nan), on]  # slots nobody read are not idle
+    x = np.r_[np.full(6, np.nan), on]  # slots nobody read are not idle
     assert active_span(x) == (0, x.size)
+    # ... but past a long hole without reads, an end holds nothing of the traffic.
+    x = np.r_[np.full(400, np.nan), on, np.zeros(3), np.full(500, np.nan), np.zeros(5)]
+    assert active_span(x) == (400, 400 + on.size + 3)
     assert active_span(np.zeros(50)) == (0, 50)
 
 
@@ -220,3 +223,10 @@ def test_a_short_job_in_a_long_quiet_recording_is_found() -> None:
     steady = np.full(600 * fs, 1e6)
     steady[::1500] = 5e7
     assert active_span(steady) == (0, steady.size)
+
+
+def test_a_grid_too_large_to_hold_is_a_clear_error_not_a_memory_error() -> None:
+    """Two reads a year apart at a 10 ms poll ask for 3 G slots (24 GB a float array)."""
+    times = np.array([0.0, 0.01, 0.02, 3.2e7])
+    with pytest.raises(ValueError, match="grid slots, more than"):
+        grid_from_cumulative(times, np.array([1.0, 1.0, 1.0]), dt=0.01)

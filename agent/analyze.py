@@ -24,6 +24,7 @@ from agent.bursts import whole_burst_levels
 from agent.call_sequence import call_kinds, clumped_resolution, process_codes
 from agent.errors import InputFormatError
 from agent.estimate import (
+    SLOW_POLL_S,
     CollectiveMix,
     Estimate,
     EstimateInputs,
@@ -129,9 +130,6 @@ def _combine_grids(parts: list[dict[Direction, GridSeries]]) -> dict[Direction, 
     return out
 
 
-#: Polls this far apart or more get a note: a period of seconds is barely seen, and a time
-#: column in milliseconds read as seconds looks like this.
-SLOW_POLL_S = 0.5
 #: More counter resets than this share of the reads, and at least ``MIN_RATE_RESETS``: the
 #: columns are not cumulative. A square wave of rates "resets" once a period (2 % of the reads
 #: at 50 polls a period, which passed a 5 % bar), while a real counter resets when a driver
@@ -1169,6 +1167,7 @@ def analyze_files(
         clump_note = _clumps_note(summary, table)
         if clump_note is not None:
             input_notes.append(clump_note)
+        input_notes += _undecoded_notes(summary)
         mix = collective_mix(summary, table)
         sources["nccl_log"] = [str(p) for p in nccl_logs]
         extra["nccl"] = {
@@ -1319,6 +1318,35 @@ def call_table(summary: NcclLogSummary) -> CallTable:
         keys=tuple(keys),
         resolution_s=resolution,
     )
+
+
+def _undecoded_notes(summary: NcclLogSummary) -> list[str]:
+    """What the NCCL counts leave out: lines not decoded, calls of an unknown datatype.
+
+    Both were counted in ``nccl`` only, so a log of a fork's format (its 100 COLL lines
+    undecoded, one decoded) showed one call and no word of the others.
+    """
+    notes = []
+    long = summary.overlong_lines
+    undecoded = summary.unparsed_nccl_lines - long
+    if undecoded > 0:
+        notes.append(
+            f"{undecoded} NCCL line(s) could not be decoded and are left out of the counts: a "
+            "format this version does not know (a fork of NCCL, a newer release)? A sample "
+            "line in a bug report lets it learn the format"
+        )
+    if long:
+        notes.append(
+            f"{long} line(s) too long to read (progress bars written without newlines?) are "
+            "left out: an NCCL record in one is not counted"
+        )
+    unknown = summary.unknown_datatype_calls
+    if unknown:
+        notes.append(
+            f"{unknown} COLL call(s) of a datatype this version does not know: counted in "
+            "`count`, but their bytes are left out of `bytes` and of the traffic model"
+        )
+    return notes
 
 
 def _clumps_note(summary: NcclLogSummary, table: CallTable) -> str | None:

@@ -623,13 +623,17 @@ def _events_series(
     return series, dt, t0
 
 
+#: Fewest timed calls an NCCL log's T is looked for in.
+MIN_TIMED_CALLS = 8
+
+
 def log_series(mix: CollectiveMix) -> tuple[FloatArray, float, float] | None:
     """The rate series the period detector sees in an NCCL log: (series, dt, t0), or None.
 
     Timed calls sorted, weighted by bytes when every call's S is known (else by count).
     """
     ok = np.isfinite(mix.call_times)
-    if ok.sum() < 8:
+    if ok.sum() < MIN_TIMED_CALLS:
         return None
     order = np.argsort(mix.call_times[ok], kind="stable")
     times = mix.call_times[ok][order]
@@ -968,6 +972,51 @@ def _two_flows(grid: GridSeries, period: PeriodResult, warnings: list[str]) -> b
     return True
 
 
+#: Polls this far apart or more can hide a job's steps: one shorter than two polls aliases.
+SLOW_POLL_S = 0.5
+#: A period whose rate, folded over it, never drops under this share of its peak, read at
+#: slow polls, may be such an alias (:func:`_alias_of_fast_steps`).
+ALIAS_FLOOR = 0.5
+
+
+def _alias_of_fast_steps(grid: GridSeries, period: PeriodResult, warnings: list[str]) -> bool:
+    """Whether the period may be the alias of steps faster than the polls (with a warning).
+
+    Each poll averages the traffic over its interval, so steps of 16 s read every 15 s show
+    as a swing of 240 s between 82 and 100 % of the peak rate: detected with confidence 1.0,
+    with D 0.65 against 0.35 (a false bottleneck alert), and 0.97 s steps read every second
+    as 32 s. A true period that long, seen at polls that fine against it, has quiet or low
+    phases: its bursts and gaps span polls. So at slow polls a period whose folded rate
+    never falls under ``ALIAS_FLOOR`` of its peak is shown, but kept below the alerts.
+    """
+    t = period.period_s
+    if t is None or grid.dt < SLOW_POLL_S:
+        return False
+    x = grid.rate
+    ok = np.flatnonzero(np.isfinite(x))
+    bins = max(4, round(t / grid.dt))
+    if ok.size < 2 * bins:
+        return False
+    phase = np.mod((ok + 0.5) * grid.dt, t) / t  # slot centres: edges land between bins
+    idx = np.minimum((phase * bins).astype(np.int64), bins - 1)
+    counts = np.bincount(idx, minlength=bins)
+    sums = np.bincount(idx, weights=x[ok], minlength=bins)
+    profile = sums[counts > 0] / counts[counts > 0]
+    peak = float(profile.max())
+    if peak <= 0:
+        return False
+    floor = float(profile.min()) / peak
+    if floor < ALIAS_FLOOR:
+        return False
+    warnings.append(
+        f"read every {grid.dt:.3g} s, the rate over T = {t:.4g} s never drops under "
+        f"{floor:.0%} of its peak: steps shorter than two polls alias to a slow, shallow swing "
+        "like this one, so T may be such an alias rather than a step (confidence kept under "
+        "0.5), and B and D are not a step's; poll faster (RDMA or NIC counters at 100 Hz)"
+    )
+    return True
+
+
 def _may_alias_refresh(period: PeriodResult, refresh_s: float) -> bool:
     """Whether the period could be an alias of the counters' refresh interval.
 
@@ -1015,6 +1064,7 @@ def estimate(
             warnings.append(refresh_note(full_grid.refresh_s))
             unsure = _may_alias_refresh(period, full_grid.refresh_s)
         unsure = _two_flows(full_grid, period, warnings) or unsure
+        unsure = _alias_of_fast_steps(full_grid, period, warnings) or unsure
         swinging = alternates(full_grid.rate)
         if (
             swinging
@@ -1048,6 +1098,13 @@ def estimate(
         period = _log_period(mix, cfg, inputs.expected_period_s)
         if period is not None:
             period_source = "nccl_log"
+        elif mix.calls and np.isfinite(mix.call_times).any():
+            timed = int(np.isfinite(mix.call_times).sum())
+            warnings.append(
+                f"only {timed} timed COLL call(s) in the NCCL log"
+                + (" (all at one instant)" if timed >= MIN_TIMED_CALLS else "")
+                + f": T needs {MIN_TIMED_CALLS} or more over some steps; give a longer log"
+            )
         elif mix.calls:
             warnings.append(
                 "the NCCL log has no timestamps on its COLL lines, so T cannot come from it: "

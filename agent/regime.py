@@ -27,7 +27,8 @@ tests/unit/test_regime.py and tests/integration/test_analyze_scenarios.py):
    in the NCCL log (if any) and no burst that reaches ``idle_bytes_per_s`` (management chatter
    has none; a few such bursts are a job too young to tell: **unknown**), nor
    ``MIN_APERIODIC_BURSTS`` polls or more that reach it (transfers that each fit in a poll:
-   a real inference service polled at 10 Hz read "idle"; they are **unknown**);
+   a real inference service polled at 10 Hz read "idle"; they are **unknown**); with neither
+   counters nor an NCCL log (GPU samples alone) nothing says the network is idle: **unknown**;
 4. **unknown** for flat, structureless load or too little evidence.
 
 Live, a switch *to* inference is confirmed over ``INFERENCE_CONFIRM_S`` (:class:`RegimeGate`):
@@ -123,8 +124,10 @@ def classify_regime(f: RegimeFeatures, *, idle_bytes_per_s: float = IDLE_BYTES_P
     if high and f.bursts >= MIN_APERIODIC_BURSTS:
         return "inference"
     busy_polls = f.spikes >= MIN_APERIODIC_BURSTS
+    # Neither link nor log read (GPU samples alone): nothing says the network is idle.
+    unread = f.mean_rate is None and f.collective_calls is None
     if (quiet or f.mean_rate is None) and no_collectives and not high and not busy_polls:
-        return "idle"
+        return "unknown" if unread else "idle"
     if f.sparse_share is not None and f.sparse_share >= 0.5:
         return "unknown" if f.untimed else "inference"
     if f.bursty and f.bursts >= MIN_APERIODIC_BURSTS:

@@ -219,6 +219,14 @@ def _layout(cells: list[str], path: Path | str, lineno: int) -> tuple[_Layout, b
                 line=lineno,
             )
         return _Layout("named", len(fields), 0, 1, signals, header=tuple(fields)), True
+    if fields[0] in ("time", "time_s") and any(f in KNOWN_SIGNALS for f in fields[1:]):
+        raise InputFormatError(
+            path,
+            f"header {','.join(fields)!r}: the time column must be followed by a 'gpu' column "
+            "(the GPU's index), then the signals: 'time,gpu,sm_active'; for one GPU, add a "
+            "gpu column of 0",
+            line=lineno,
+        )
     header = "timestamp" in fields
     if not header:
         try:

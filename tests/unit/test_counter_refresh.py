@@ -141,3 +141,43 @@ def test_the_live_window_reads_a_refreshed_counter_in_refresh_steps() -> None:
     assert grid.dt == pytest.approx(1.0, abs=0.011)
     # Each slot holds one refresh interval's bytes: at most the burst rate, never 100x it.
     assert float(np.nanmax(grid.rate)) <= 2e9 * 1.05
+
+
+def _slow_square(path: Path, period: float, poll: float, duty: float, hours: float,
+                 background: float = 0.0) -> None:  # fmt: skip
+    """A 2 GB/s square wave (plus a steady ``background`` share of it) read every ``poll``."""
+    t = np.arange(0.0, hours * 3600.0, poll)
+    k, phase = np.divmod(t, period)
+    on = k * duty * period + np.minimum(phase, duty * period)
+    cum = 2e9 * (on + background * t)
+    rows = ["time,eth0_tx_bytes"] + [f"{a:.3f},{int(c)}" for a, c in zip(t, cum, strict=True)]
+    path.write_text("\n".join(rows) + "\n")
+
+
+@pytest.mark.parametrize(("period", "poll"), [(16.0, 15.0), (0.97, 1.0), (7.0, 15.0)])
+def test_steps_faster_than_slow_polls_alias_below_the_alerts(
+    tmp_path: Path, period: float, poll: float
+) -> None:
+    """Steps of 16 s read every 15 s (a Prometheus scrape's pace) swing slowly between 82 and
+    100 % of the peak: a confident 240 s period with D 0.65 against 0.35, a false bottleneck.
+    Such a shallow swing at slow polls is shown, but below the alerts, and said."""
+    path = tmp_path / "slow.csv"
+    _slow_square(path, period, poll, 0.35, 4.0 if poll > 5 else 0.5)
+    est = analyze_files(counters=[path]).estimate
+    assert est.period_s is None or est.confidence < 0.5
+    if est.period_s is not None:
+        assert any("alias to a slow, shallow swing" in w for w in est.warnings)
+
+
+@pytest.mark.parametrize(("duty", "background"), [(0.35, 0.0), (0.9, 0.0), (0.3, 0.6)])
+def test_steps_slower_than_slow_polls_keep_their_confidence(
+    tmp_path: Path, duty: float, background: float
+) -> None:
+    """20 s steps read every second: bursts and gaps span polls, so the swing is deep (to the
+    background's level, under half the peak) and T is vouched for."""
+    path = tmp_path / "slow.csv"
+    _slow_square(path, 20.0, 1.0, duty, 0.5, background)
+    est = analyze_files(counters=[path]).estimate
+    assert est.period_s == pytest.approx(20.0, rel=0.01)
+    assert est.confidence > 0.5
+    assert not any("alias to a slow" in w for w in est.warnings)

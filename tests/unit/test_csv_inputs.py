@@ -189,6 +189,7 @@ def test_named_gpu_csv_all_signals() -> None:
     [
         (["foo,bar"], 1, "unrecognised GPU CSV header"),
         (["time,gpu,sm_activity"], 1, "unknown GPU signal"),
+        (["time,sm_active", "0,0.5", "1,0.5"], 1, "followed by a 'gpu' column"),
         (["time,gpu,sm_active", "1,0,1.5"], 2, "outside 0..1"),
         (["time,gpu,util", "1,0,150"], 2, "outside 0..100"),
         (["time,gpu,sm_active", "1,x,0.5"], 2, "invalid literal"),

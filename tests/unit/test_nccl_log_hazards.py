@@ -176,3 +176,23 @@ def test_kubectl_nanosecond_stamps_time_steps_that_nccls_whole_seconds_cannot(
             lines.append(fine + whole + _coll(t, 0, 2 * step + k, stamp=False))
     est = analyze_files(nccl_logs=[_write(tmp_path / "kubectl.log", lines)]).estimate
     assert est.period_s == pytest.approx(0.5, rel=0.002)
+
+
+def test_lines_left_out_of_the_counts_are_said(tmp_path: Path) -> None:
+    """A fork's COLL line the parser does not know, and a call of an unknown datatype, were
+    counted only under ``nccl`` in the JSON: the collectives' counts and bytes came out low
+    without a word."""
+    log = tmp_path / "fork.log"
+    log.write_text(
+        "node01:1:1 [0] NCCL INFO ctranAllGatherDirect: opCount 3 sendbuff 0x7f00 recvbuff "
+        "0x7f10 count 1024 datatype 7 peer -1 comm 1234567890123 [nranks=8, localRanks=8] "
+        "stream=0x55aa\n"
+        "node01:1:1 [0] NCCL INFO AllReduce: opCount 1 sendbuff 0x7f00 recvbuff 0x7f00 count "
+        "1024 datatype 7 op 0 root 0 comm 0x55aa [nranks=8] stream 0x1\n"
+        "node01:1:1 [0] NCCL INFO AllReduce: opCount 2 sendbuff 0x7f00 recvbuff 0x7f00 count "
+        "1024 datatype 77 op 0 root 0 comm 0x55aa [nranks=8] stream 0x1\n"
+    )
+    est = analyze_files(nccl_logs=[log]).estimate
+    assert est.collectives["AllReduce"][0] == 2  # (count, bytes)
+    assert any(w.startswith("1 NCCL line(s) could not be decoded") for w in est.warnings)
+    assert any(w.startswith("1 COLL call(s) of a datatype") for w in est.warnings)

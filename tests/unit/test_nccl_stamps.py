@@ -60,6 +60,18 @@ def test_launcher_stamps_time_the_steps(tmp_path: Path, name: str) -> None:
     assert not any("no timestamps" in w for w in est.warnings)
 
 
+def test_a_short_timed_log_says_it_is_short_not_untimed(tmp_path: Path) -> None:
+    """Three stamped steps (6 calls) are too few for T; the warning said the log had no
+    timestamps at all, and told the user to turn on the stamps it already had."""
+    start = datetime(2026, 3, 4, 9, 30, 0, tzinfo=UTC)
+    log = tmp_path / "short.log"
+    log.write_text(_log(start, FORMATS['NCCL "[%T.%6f] "'], steps=3, period=0.45, ranks=1))
+    est = analyze_files(nccl_logs=[log]).estimate
+    assert est.period_s is None
+    assert not any("no timestamps" in w for w in est.warnings)
+    assert any("only 6 timed COLL call(s)" in w for w in est.warnings)
+
+
 @pytest.mark.parametrize("name", ['NCCL "[%T.%6f] "', "journalctl -o short-precise"])
 def test_undated_stamps_run_on_past_midnight_and_new_year(tmp_path: Path, name: str) -> None:
     """Time-of-day stamps restart at 00:00:00 (syslog's at 1 January): the calls after it were

@@ -12,6 +12,8 @@ from agent.regime import RegimeFeatures, RegimeGate, classify_regime, collective
     [
         (RegimeFeatures(periodic=False, mean_rate=1e5), "idle"),
         (RegimeFeatures(periodic=False, mean_rate=None, collective_calls=0), "idle"),
+        # Neither counters nor a log (GPU samples alone, 47 % busy): nothing says idle.
+        (RegimeFeatures(periodic=False, mean_rate=None, collective_calls=None), "unknown"),
         # Polls that reach a job's rates, too short and random to count as bursts: not idle.
         (RegimeFeatures(periodic=False, mean_rate=5e6, spikes=140), "unknown"),
         (RegimeFeatures(periodic=False, mean_rate=5e6, spikes=3), "idle"),

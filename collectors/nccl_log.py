@@ -1591,6 +1591,7 @@ class NcclLogAccumulator:
         self._sec_cache: dict[str, float | None] = {}
         self._hosts: dict[str, None] = {}
         self._pids: dict[int, None] = {}
+        self._pid_hosts: dict[int, list[str]] = {}  # the hosts each pid's comms were seen on
         self._networks: dict[str, None] = {}
         self._ib_devices: dict[tuple[str, int, str], None] = {}
 
@@ -1816,6 +1817,10 @@ class NcclLogAccumulator:
                 self._hosts[host] = None
             if pid is not None:
                 self._pids[pid] = None
+            if host is not None and pid is not None:
+                seen = self._pid_hosts.setdefault(pid, [])
+                if host not in seen:
+                    seen.append(host)
         return idx
 
     def _ray_folded(self, line: str) -> None:
@@ -1859,7 +1864,25 @@ class NcclLogAccumulator:
         self._call_comm.append(ci)
         self._times.append(_NAN if event.timestamp_s is None else event.timestamp_s)
 
+    def _with_known_host(self, event: NcclEvent) -> NcclEvent:
+        """The event on its process's host where a glued neighbour took the host's head.
+
+        A record glued after a pointer ("stream 0x7f00aadgx-a100-01:11:11 [1] NCCL INFO")
+        cannot tell the pointer's last hex digits from a host that starts with a-f: the host
+        read "gx-a100-01", and the call made a process of its own. A host that the same pid
+        was seen on ends with it: that one is the host.
+        """
+        host, pid = event.host, event.pid
+        if host is None or pid is None:
+            return event
+        known = self._pid_hosts.get(pid, ())
+        if host in known:
+            return event
+        longer = [h for h in known if len(h) > len(host) and h.endswith(host)]
+        return replace(event, host=longer[0]) if len(longer) == 1 else event
+
     def _add_event(self, event: NcclEvent) -> None:
+        event = self._with_known_host(event)
         if isinstance(event, CollLine):
             self._add_coll(event)
         elif isinstance(event, InitLine):

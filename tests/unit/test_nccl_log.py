@@ -849,6 +849,30 @@ def test_a_record_glued_with_no_blank_keeps_its_own_host() -> None:
     assert (event.host, event.pid) == (HOST, PID)
 
 
+def test_a_glued_record_whose_host_starts_with_hex_letters_keeps_its_process() -> None:
+    """``stream 0x7f00aadgx-a100-01:11:11 [1]``: the pointer's hex cannot be told from a host
+    that starts with a-f (dgx-, a100-, b200-), and "gx-a100-01" made a process of its own. The
+    host that pid was seen on, which ends with it, is the host."""
+
+    def coll(rank: int) -> str:
+        return (
+            f"dgx-a100-01:{10 + rank}:{10 + rank} [{rank}] NCCL INFO AllReduce: opCount 0 "
+            "sendbuff 0x7f0000000000 recvbuff 0x7f0000000000 count 1000 datatype 7 op 0 root 0 "
+            f"comm 0x55{rank:08x} [nranks=2] stream 0x7f00aa"
+        )
+
+    acc = NcclLogAccumulator()
+    for line in (coll(0), coll(1), coll(0) + coll(1)):
+        acc.feed(line)
+    summary = acc.summary()
+    assert summary.hosts == ("dgx-a100-01",)
+    assert {(c.host, c.pid) for c in summary.comms.values()} == {
+        ("dgx-a100-01", 10),
+        ("dgx-a100-01", 11),
+    }
+    assert summary.calls_total == 4
+
+
 def test_a_line_stamped_before_its_launcher_tag_takes_that_time() -> None:
     # `kubectl logs --timestamps` of a torchrun job: the stamp starts the line, the tag follows.
     line = "2026-05-05T06:16:47.25Z [rank0]:" + NCCL_PREFIX + coll_body(nranks=4)

@@ -1099,17 +1099,34 @@ def _dt(grids: Mapping[Direction, GridSeries]) -> float:
 PathsArg = str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
 
 
-def _paths(given: PathsArg, what: str) -> list[Path]:
-    """``given`` as a list of paths: a single path (str or Path) is one file, not its letters."""
+def _paths(given: PathsArg, what: str, repeated: list[str]) -> list[Path]:
+    """``given`` as a list of paths: a single path (str or Path) is one file, not its letters.
+
+    A file given twice (a shell glob and its name, a link and its target) is read once: read
+    twice, its calls and bytes counted twice. ``repeated`` gets a note for each one left out.
+    """
     if isinstance(given, str | os.PathLike):
         return [Path(given)]
     try:
-        return [Path(item) for item in given]
+        paths = [Path(item) for item in given]
     except TypeError:
         raise TypeError(
             f"analyze_files({what}=...) takes a path or a sequence of paths, "
             f"not {type(given).__name__}"
         ) from None
+    seen: dict[Path, Path] = {}
+    kept = []
+    for path in paths:
+        try:
+            real = path.resolve()
+        except (OSError, RuntimeError):  # a loop of links: the reader will say so
+            real = path
+        if real in seen:
+            repeated.append(f"{path}: the same file as {seen[real]}, given twice: read once")
+            continue
+        seen[real] = path
+        kept.append(path)
+    return kept
 
 
 def analyze_files(
@@ -1127,9 +1144,10 @@ def analyze_files(
     ``collective_latency_s`` is the per-collective latency of the ``sharding`` latency share
     (default: the Inspector's P50 kernel time when given, else 10 µs).
     """
-    counters, gpu = _paths(counters, "counters"), _paths(gpu, "gpu")
-    nccl_logs, pcaps = _paths(nccl_logs, "nccl_logs"), _paths(pcaps, "pcaps")
-    inspector = _paths(inspector, "inspector")
+    repeated: list[str] = []
+    counters, gpu = _paths(counters, "counters", repeated), _paths(gpu, "gpu", repeated)
+    nccl_logs = _paths(nccl_logs, "nccl_logs", repeated)
+    pcaps, inspector = _paths(pcaps, "pcaps", repeated), _paths(inspector, "inspector", repeated)
     sources: dict[str, list[str]] = {}
     extra: dict[str, Any] = {}
     capture_notes: list[str] = []
@@ -1141,6 +1159,7 @@ def analyze_files(
         network, counter_dt, input_notes = _counters(counters)
         network_source = "counters"
         sources["counters"] = [str(p) for p in counters]
+    input_notes += repeated
     pcap_fine: Grids | None = None
     if pcaps:
         pcap_grids, pcap_fine, captures = _pcap(pcaps)

@@ -196,3 +196,18 @@ def test_lines_left_out_of_the_counts_are_said(tmp_path: Path) -> None:
     assert est.collectives["AllReduce"][0] == 2  # (count, bytes)
     assert any(w.startswith("1 NCCL line(s) could not be decoded") for w in est.warnings)
     assert any(w.startswith("1 COLL call(s) of a datatype") for w in est.warnings)
+
+
+def test_a_file_given_twice_is_read_once(tmp_path: Path) -> None:
+    """``--nccl-log job.log --nccl-log ./job.log`` (a glob and a name) counted every call
+    twice; a link to the file as well."""
+    log = tmp_path / "job.log"
+    log.write_text(
+        "node01:1:1 [0] NCCL INFO AllReduce: opCount 1 sendbuff 0x7f00 recvbuff 0x7f00 count "
+        "1024 datatype 7 op 0 root 0 comm 0x55aa [nranks=8] stream 0x1\n"
+    )
+    link = tmp_path / "link.log"
+    link.symlink_to(log)
+    est = analyze_files(nccl_logs=[log, tmp_path / "." / "job.log", link]).estimate
+    assert est.collectives["AllReduce"] == (1, 4096)
+    assert sum("given twice: read once" in w for w in est.warnings) == 2

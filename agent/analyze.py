@@ -46,6 +46,7 @@ from agent.rates import (
     direction_grids,
     glitch_reads,
     nominal_interval,
+    poll_change,
 )
 from agent.regime_params import CallTable, arrivals_of, sharding_of, sparse_ops_of
 from collectors._base import CallKey
@@ -273,6 +274,10 @@ def _counters(paths: Sequence[Path]) -> tuple[dict[Direction, GridSeries], float
     """The files' grids summed by direction, their poll interval, and what their rows lost."""
     tables = [read_counters_csv(p) for p in paths]
     notes = [f"{p}: {w}" for p, t in zip(paths, tables, strict=True) for w in t.warnings]
+    for k, (path, table) in enumerate(zip(paths, tables, strict=True)):
+        tables[k], note = _finest_polled(table)
+        if note is not None:
+            notes.append(f"{path}: {note}")
     dt = min(nominal_interval(t.times) for t in tables)
     grids = []
     reads = 0
@@ -1336,6 +1341,47 @@ def call_table(summary: NcclLogSummary) -> CallTable:
         key_ids=ids.astype(np.int32),
         keys=tuple(keys),
         resolution_s=resolution,
+    )
+
+
+#: The finest-polled stretch of a recording polled at two rates is analysed alone when it
+#: spans this long at least, and this share of the recording.
+FINE_STRETCH_MIN_S = 20.0
+FINE_STRETCH_MIN_SHARE = 0.3
+
+
+def _finest_polled(table: CounterTable) -> tuple[CounterTable, str | None]:
+    """The table cut to its finest-polled stretch where its poll rate changed, with a note.
+
+    See :func:`~agent.rates.poll_change`. A stretch too short keeps the whole table, with a
+    note that B and D mix the two rates.
+    """
+    change = poll_change(table.times)
+    if change is None or nominal_interval(table.times) >= 0.5 * change.coarse_s:
+        return table, None  # gridded at the slower poll: the finer reads are only averaged
+    t = table.times
+    a, b = float(t[change.first]), float(t[change.last])
+    rates = (
+        f"the polls came every {change.fine_s:.3g} s in part of the recording and every "
+        f"{change.coarse_s:.3g} s in {change.coarse_share:.0%} of it"
+    )
+    span = float(t[-1] - t[0])
+    if b - a < max(FINE_STRETCH_MIN_S, FINE_STRETCH_MIN_SHARE * span):
+        return table, (
+            f"{rates}: read as one series, the slower polls' bursts are spread over the finer "
+            "grid, so B and D mix the two (record at one poll rate)"
+        )
+    rows = slice(change.first, change.last + 1)
+    cut = CounterTable(
+        times=t[rows],
+        columns={n: c[rows] for n, c in table.columns.items()},
+        present={n: p[rows] for n, p in table.present.items()},
+        warnings=table.warnings,
+    )
+    return cut, (
+        f"{rates}: only {a:.6g}-{b:.6g} s, polled every {change.fine_s:.3g} s, is analysed "
+        "(read as one series, the slower polls' bursts were spread over the finer grid, and "
+        "D read 0.46 against 0.35)"
     )
 
 

@@ -327,6 +327,64 @@ def nominal_interval(times: FloatArray) -> float:
     return float(np.median(steps))
 
 
+#: A run of at least this many poll intervals each over ``POLL_CHANGE_FACTOR`` times the
+#: finest poll is a stretch polled more slowly (not a few missed polls) ...
+POLL_CHANGE_RUN = 10
+POLL_CHANGE_FACTOR = 3.0
+#: ... and such stretches covering this share of the recording make it one of two poll rates.
+POLL_CHANGE_SHARE = 0.1
+
+
+@dataclass(frozen=True)
+class PollChange:
+    """A recording polled at two rates: its longest stretch at the finer one."""
+
+    first: int  # rows [first, last] of that stretch
+    last: int
+    fine_s: float  # its poll interval
+    coarse_s: float  # the median interval of the slower stretches
+    coarse_share: float  # share of the recording's span polled more slowly
+
+
+def poll_change(times: FloatArray) -> PollChange | None:
+    """The longest finely polled stretch of a recording whose poll rate changed, or None.
+
+    A recorder reconfigured mid-run (100 Hz, then 10 Hz), or two recordings joined: gridded at
+    the finer poll, the slower stretch's bytes are spread evenly over its polls, its bursts
+    get ramps a poll long, and D over both read 0.46 against 0.35 (each part alone: 0.35).
+    """
+    steps = np.diff(times)
+    if steps.size < 4 * POLL_CHANGE_RUN:
+        return None
+    fine = float(np.percentile(steps[steps > 0], 5)) if (steps > 0).any() else 0.0
+    if fine <= 0:
+        return None
+    slow = steps > POLL_CHANGE_FACTOR * fine
+    edges = np.flatnonzero(np.diff(np.concatenate(([0], slow.astype(np.int8), [0]))))
+    starts, ends = edges[0::2], edges[1::2]
+    keep = (ends - starts) >= POLL_CHANGE_RUN
+    if not keep.any():
+        return None
+    starts, ends = starts[keep], ends[keep]
+    span = float(times[-1] - times[0])
+    slow_s = float(sum(times[b] - times[a] for a, b in zip(starts, ends, strict=True)))
+    if span <= 0 or slow_s < POLL_CHANGE_SHARE * span:
+        return None
+    # Fine stretches: between the slow runs (intervals a..b-1 of a run join rows a..b).
+    bounds = [0, *[int(x) for pair in zip(starts, ends, strict=True) for x in pair], steps.size]
+    pieces = [(bounds[k], bounds[k + 1]) for k in range(0, len(bounds), 2)]
+    first, last = max(pieces, key=lambda p: times[p[1]] - times[p[0]])
+    inside = steps[first:last]
+    coarse = np.concatenate([steps[a:b] for a, b in zip(starts, ends, strict=True)])
+    return PollChange(
+        first=first,
+        last=last,
+        fine_s=float(np.median(inside)) if inside.size else fine,
+        coarse_s=float(np.median(coarse)),
+        coarse_share=slow_s / span,
+    )
+
+
 #: Zero-delta runs at most this long, between two non-zero deltas, are stale reads when the
 #: counter is "chunky" (see :func:`stale_reads`).
 MAX_STALE_RUN = 20
@@ -657,12 +715,14 @@ __all__ += [
     "IDLE_FRACTION",
     "MAX_GRID_SLOTS",
     "MAX_SPREAD_INTERVALS",
+    "PollChange",
     "PollIntervals",
     "active_span",
     "at_refresh_interval",
     "busy_slots",
     "direction_grids",
     "glitch_reads",
+    "poll_change",
     "refresh_cadence",
     "spread_slots",
     "stale_reads",

@@ -288,3 +288,38 @@ def test_windows_of_steps_slowed_at_random_find_their_mean_step_before_a_lock(
             wrong += 1  # the lag at the commonest (full-rate) step, as before
     assert right >= fewest
     assert wrong <= 1
+
+
+def _polled(path: Path, times: np.ndarray, period: float = 1.0, duty: float = 0.35) -> Path:
+    """A 2 GB/s square wave's cumulative bytes read at ``times``."""
+    k, phase = np.divmod(times, period)
+    cum = 2e9 * (k * duty * period + np.minimum(phase, duty * period))
+    cum = np.maximum.accumulate(np.round(cum))  # float noise at an edge must not go back
+    rows = [f"{t:.6f},{int(c)}" for t, c in zip(times, cum, strict=True)]
+    path.write_text("\n".join(["time,x_tx_bytes", *rows]) + "\n")
+    return path
+
+
+@pytest.mark.parametrize("fine_first", [True, False])
+def test_a_recording_polled_at_two_rates_is_read_where_the_polls_are_finest(
+    tmp_path: Path, fine_first: bool
+) -> None:
+    """60 s at 100 Hz and 60 s at 10 Hz in one file: gridded at 10 ms, the slower part's
+    bursts were spread into ramps and D read 0.46 against 0.35; the other way round, the
+    first 60 s were silently dropped. The finest-polled part is analysed, and said."""
+    fine, slow = np.arange(6000) / 100, np.arange(600) / 10
+    times = np.r_[fine, 60 + slow] if fine_first else np.r_[slow, 60 + fine]
+    est = analyze_files(counters=[_polled(tmp_path / "two-rates.csv", times)]).estimate
+    assert est.period_s == pytest.approx(1.0, rel=0.01)
+    assert est.duty_cycle == pytest.approx(0.35, abs=0.02)
+    note = next(w for w in est.warnings if "every 0.1 s in 50% of it" in w)
+    assert ("only 0-60 s" in note) if fine_first else ("only 60-119.99 s" in note)
+
+
+def test_missed_polls_and_jitter_are_no_change_of_poll_rate(tmp_path: Path) -> None:
+    rng = np.random.default_rng(1)
+    times = np.cumsum(0.01 + rng.normal(0, 0.001, 12000))
+    times = times[rng.random(times.size) >= 0.02]  # 2 % of the polls missed, at random
+    est = analyze_files(counters=[_polled(tmp_path / "jitter.csv", times)]).estimate
+    assert est.duty_cycle == pytest.approx(0.35, abs=0.02)
+    assert not any("the polls came every" in w for w in est.warnings)

@@ -4,7 +4,7 @@ A NIC clock before PTP sync stamps a frame at 1970 among frames of 2025; a recor
 first row at time 0 before its clock is read; a hand-edited file ends on a row dated next
 year. Gridded with the rest, one such stamp stretches the grid over the gap: the traffic
 reads as idle, or the grid does not fit in memory (an epoch file with one row at 0 asked for
-1.7 billion slots of 10 ms). The readers leave such stamps out, and say so.
+170 billion slots of 10 ms). The readers leave such stamps out, and say so.
 """
 
 from __future__ import annotations

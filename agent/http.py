@@ -29,8 +29,12 @@ __all__ = ["MetricsServer", "tls_context"]
 
 log = logging.getLogger(__name__)
 
-#: Seconds a client has to finish the TLS handshake (and each read) before it is dropped.
+#: Seconds a client has to finish the TLS handshake, and each read, before it is dropped.
 HANDSHAKE_TIMEOUT_S = 5.0
+#: Connections served at once; more are closed at once. Each costs a thread, and the unit's
+#: TasksMax (64) is shared with the sampling threads: 70 idle connections held with no
+#: timeout left none for a source's restart, which then never came back.
+MAX_CONNECTIONS = 16
 
 
 class _QuietHandler(WSGIRequestHandler):
@@ -43,17 +47,42 @@ class _Server(socketserver.ThreadingMixIn, WSGIServer):
     allow_reuse_address = True
     ssl_context: ssl.SSLContext | None = None
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        """A thread per connection, at most ``MAX_CONNECTIONS``; none to be had: close it."""
+        if not self._slots.acquire(blocking=False):
+            log.debug("%d connections open: closing the one from %s", MAX_CONNECTIONS,
+                      client_address)  # fmt: skip
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except RuntimeError as exc:  # "can't start new thread": the process's task limit
+            self._slots.release()
+            log.warning("cannot serve the scrape from %s: %s", client_address, exc)
+            self.shutdown_request(request)
+
     def process_request_thread(self, request: Any, client_address: Any) -> None:
         """Do the TLS handshake here, in the connection's own thread, with a timeout."""
-        if self.ssl_context is not None:
-            request.settimeout(HANDSHAKE_TIMEOUT_S)
-            try:
-                request = self.ssl_context.wrap_socket(request, server_side=True)
-            except (ssl.SSLError, OSError) as exc:
-                log.debug("TLS handshake with %s failed: %s", client_address, exc)
-                self.shutdown_request(request)
-                return
-        super().process_request_thread(request, client_address)
+        try:
+            request.settimeout(HANDSHAKE_TIMEOUT_S)  # plain ones too: an idle client goes
+            if self.ssl_context is not None:
+                try:
+                    request = self.ssl_context.wrap_socket(request, server_side=True)
+                except (ssl.SSLError, OSError) as exc:
+                    log.debug("TLS handshake with %s failed: %s", client_address, exc)
+                    self.shutdown_request(request)
+                    return
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
+
+    def handle_error(self, request: Any, client_address: Any) -> None:  # noqa: ARG002
+        """A client that timed out or went away: a debug line, not a traceback on stderr."""
+        log.debug("scrape from %s failed", client_address, exc_info=True)
 
 
 class _Server6(_Server):

@@ -213,8 +213,11 @@ class Sampler:
             if not joined:
                 thread = _Thread(self, self._clock, interval_s, self._batch_s)
                 thread.jobs.append(job)
-                self._threads[interval_s] = thread
+                # Registered only once it runs: a start that fails (the unit's TasksMax reached
+                # by idle scrape connections) left a dead thread that every retry joined and
+                # waited on forever, and the source stayed down after the threads were free.
                 thread.thread.start()
+                self._threads[interval_s] = thread
         try:
             await asyncio.shield(job.done)
         except asyncio.CancelledError:

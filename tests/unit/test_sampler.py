@@ -103,6 +103,38 @@ def test_a_new_job_after_the_thread_retired_starts_a_new_thread() -> None:
     assert second.n > 0
 
 
+def test_a_thread_that_could_not_start_is_not_joined_by_the_retry(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Under the unit's TasksMax, idle scrape connections took the last thread and the
+    sampling thread failed to start: the dead thread stayed registered, the source's retry
+    joined it and waited forever, and the source never came back."""
+    job = Counting("retried")
+    real_start = threading.Thread.start
+    refused = []
+
+    def start_once_refused(self: threading.Thread) -> None:
+        if self.name.startswith("sampler[") and not refused:
+            refused.append(self.name)
+            raise RuntimeError("can't start new thread")
+        real_start(self)
+
+    monkeypatch.setattr(threading.Thread, "start", start_once_refused)
+
+    async def main() -> None:
+        sampler = Sampler(MonotonicClock())
+        with pytest.raises(RuntimeError, match="can't start new thread"):
+            await sampler.run("retried", 0.01, job.sweep, lambda r: None)
+        t = asyncio.create_task(sampler.run("retried", 0.01, job.sweep, lambda r: None))
+        await asyncio.sleep(0.1)
+        t.cancel()
+        await asyncio.gather(t, return_exceptions=True)
+
+    asyncio.run(asyncio.wait_for(main(), 5.0))
+    assert refused
+    assert job.n > 0  # the retry got a thread of its own and swept
+
+
 def _os_name() -> str:
     return Path(f"/proc/self/task/{threading.get_native_id()}/comm").read_text().strip()
 

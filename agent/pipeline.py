@@ -625,153 +625,159 @@ class Pipeline:
         ticker = Ticker(self._clock, self._cfg.hop_s)
         while True:
             await ticker.tick()
-            source, since, inputs = self._inputs()
-            if inputs is None:
-                held = self._held()
-                self._publish(held, 0.0, locked=held is not None, source=source)
-                continue
-            began = time.perf_counter()
             try:
-                est, recent_from = await asyncio.to_thread(
-                    estimate_recent,
-                    inputs,
-                    min_window_s=self._cfg.min_window_s,
-                    idle_bytes_per_s=self._cfg.idle_bytes_per_s,
-                )
-            except Exception:  # a bug on odd data must not stop the agent: skip this hop
+                await self._hop()
+            except Exception:  # a bug on odd data, or no descriptor left: skip this hop
                 self.estimator_errors += 1
-                log.exception("estimator failed on this window; keeping the last snapshot")
-                continue
-            took = time.perf_counter() - began
-            if est.last_burst_end_s is not None:
-                # Grid times are the clock's; the alert compares with Prometheus' time().
-                wall = time.time() - (self._clock.now() - est.last_burst_end_s)
-                if self._last_burst_wall is None or wall > self._last_burst_wall:
-                    self._last_burst_wall = wall
-            was_locked = self._tracker.locked
-            resumed = False
-            stopped_at = await self._job_gone(est, was_locked, inputs)
-            if stopped_at is not None:
-                self._stopped_at = stopped_at
-            elif self._stopped_at is not None and _active_after(est, inputs, self._stopped_at):
-                back = traffic_back_at(est, inputs, self._stopped_at)
-                if back is not None:
-                    self._pauses.resumed(
-                        back - self._stopped_at, self._tracker.expected, self._clock.now()
-                    )
-                # The job resumed, or another one began: the window keeps only what came after
-                # the stop. Read across it, the old steps re-locked the old T on a new job
-                # (two real jobs back to back: the first one's T shown 0.2-0.7 s into the
-                # second). The released T still speeds a resumed job's lock (tracker).
-                for window in self._state.counters.values():
-                    window.drop_before(self._stopped_at + _STOP_SLACK_S)
-                self._calls_floor = self._stopped_at + _STOP_SLACK_S
-                self._stopped_at = None
-                resumed = True
-                log.info("traffic again after the stop: estimating afresh")
-            # This hop's window still reaches back across the stop: from the next one on.
-            stopped = self._stopped_at is not None or resumed
-            if stopped and was_locked is not None:
-                update = self._tracker.release()
-                log.info("no burst for over %.3g s: the job stopped, T released", 2 * was_locked)
-            else:
-                period = None if stopped else est.period_s
-                update = self._tracker.update(period, est.confidence, est.period_rel_error)
-            if was_locked is not None and update.period_s is None:
-                periods = periods_kept_after_lost_lock(
-                    stopped=stopped or est.traffic_stopped(self._cfg.idle_bytes_per_s),
-                    lock_window_periods=self._cfg.lock_window_periods,
-                    restart_periods=self._cfg.restart_periods,
-                    locked_s=was_locked,
-                    min_window_s=self._cfg.min_window_s,
-                )
-                if periods is not None:
-                    lost_from = self._clock.now() - periods * was_locked
-                    for window in self._state.counters.values():
-                        window.drop_before(lost_from)
-                    self._calls_floor = lost_from
-            if stopped:
-                self._hops_locked = 0
-                self._lock_age.reset()
-                self._estimates += 1
-                est = est.after_stop(self._cfg.idle_bytes_per_s)
-                est = replace(est, regime=self._regime_gate.update(est.regime, self._clock.now()))
-                self._publish(est, took, locked=False, source=source)
-                continue
-            relocked = update.period_s if update.changed else None
-            keep_from: float | None = None
-            if relocked is None and update.period_s is not None:
-                watch = await self._recent_watch(inputs, update.period_s, est.period_direction)
-                relocked = self._tracker.challenge(watch.period_s, step=watch.step)
-                if relocked is not None:
-                    update = replace(update, period_s=relocked, changed=True)
-                    keep_from = watch.keep_from(
-                        self._clock.now(), relocked, self._cfg.restart_periods
-                    )
-                    log.info("sync period changed: T = %.4g s (re-locked)", relocked)
-            if was_locked is None and update.period_s is not None:
-                self._pauses.locked(update.period_s, self._clock.now())
-            if update.period_s is None or was_locked is None or update.changed:
-                self._hops_locked = 0
-            else:
-                self._hops_locked += 1
-            if (
-                relocked is None
-                and update.period_s is not None
-                and (
-                    self._hops_locked < self._cfg.outer_watch_fast_hops
-                    or self._estimates % max(1, self._cfg.outer_watch_hops) == 0
-                )
-            ):
-                relocked = self._tracker.widen(await self._whole_window_period())
-                if relocked is not None:
-                    update = replace(update, period_s=relocked, changed=True)
-                    # The same traffic read at a longer scale: nothing old to forget, and a
-                    # window of a few long periods is too short to show them again.
-                    keep_from = self._clock.now() - self._cfg.lock_window_periods * relocked
-                    log.info("longer sync period found: T = %.4g s (re-locked)", relocked)
-            if was_locked is None and update.period_s is not None and recent_from is not None:
-                # Locked on the newest part of the window: the older traffic (a job's start-up)
-                # did not repeat, and the locked window must not reach back into it.
-                relocked, keep_from = update.period_s, recent_from
-            if relocked is not None:
-                if keep_from is None:
-                    keep_from = self._clock.now() - self._cfg.restart_periods * relocked
-                for window in self._state.counters.values():
-                    window.drop_before(keep_from)
-                self._calls_floor = keep_from
-                self._cut_at = self._clock.now()
-            if update.period_s is None:
-                # Not locked yet (or lost): no T, and so no D, rather than a guess.
-                self._lock_age.update(self._clock.now(), locked=False)
-                est = replace(
-                    est,
-                    period_s=None,
-                    confidence=0.0,
-                    inner_period_s=None,
-                    duty_cycle=None,
-                    duty_cycle_source=None,
-                    bytes_per_iteration=None,
-                )
-            else:
-                confidence = sustained_confidence(
-                    est.confidence,
-                    est.period_s,
-                    update.period_s,
-                    self._lock_age.update(self._clock.now(), locked=True, period_s=update.period_s),
-                    unsure=est.period_unsure,
-                )
-                est = replace(est, period_s=update.period_s, confidence=confidence)
-                self._last_locked = est
-            began = time.perf_counter()
-            params = await self._regime_params(inputs, est, since)
-            took += time.perf_counter() - began
-            self._estimates += 1
-            shown = self._regime_gate.update(
-                est.regime, self._clock.now(), locked=update.period_s is not None
+                log.exception("this hop failed; keeping the last snapshot")
+
+    async def _hop(self) -> None:
+        """One hop: estimate the window, track the lock, publish a snapshot."""
+        source, since, inputs = self._inputs()
+        if inputs is None:
+            held = self._held()
+            self._publish(held, 0.0, locked=held is not None, source=source)
+            return
+        began = time.perf_counter()
+        try:
+            est, recent_from = await asyncio.to_thread(
+                estimate_recent,
+                inputs,
+                min_window_s=self._cfg.min_window_s,
+                idle_bytes_per_s=self._cfg.idle_bytes_per_s,
             )
-            est = replace(est, regime=shown)
-            self._publish(est, took, locked=update.locked, source=source, regime=params)
+        except Exception:  # a bug on odd data must not stop the agent: skip this hop
+            self.estimator_errors += 1
+            log.exception("estimator failed on this window; keeping the last snapshot")
+            return
+        took = time.perf_counter() - began
+        if est.last_burst_end_s is not None:
+            # Grid times are the clock's; the alert compares with Prometheus' time().
+            wall = time.time() - (self._clock.now() - est.last_burst_end_s)
+            if self._last_burst_wall is None or wall > self._last_burst_wall:
+                self._last_burst_wall = wall
+        was_locked = self._tracker.locked
+        resumed = False
+        stopped_at = await self._job_gone(est, was_locked, inputs)
+        if stopped_at is not None:
+            self._stopped_at = stopped_at
+        elif self._stopped_at is not None and _active_after(est, inputs, self._stopped_at):
+            back = traffic_back_at(est, inputs, self._stopped_at)
+            if back is not None:
+                self._pauses.resumed(
+                    back - self._stopped_at, self._tracker.expected, self._clock.now()
+                )
+            # The job resumed, or another one began: the window keeps only what came after
+            # the stop. Read across it, the old steps re-locked the old T on a new job
+            # (two real jobs back to back: the first one's T shown 0.2-0.7 s into the
+            # second). The released T still speeds a resumed job's lock (tracker).
+            for window in self._state.counters.values():
+                window.drop_before(self._stopped_at + _STOP_SLACK_S)
+            self._calls_floor = self._stopped_at + _STOP_SLACK_S
+            self._stopped_at = None
+            resumed = True
+            log.info("traffic again after the stop: estimating afresh")
+        # This hop's window still reaches back across the stop: from the next one on.
+        stopped = self._stopped_at is not None or resumed
+        if stopped and was_locked is not None:
+            update = self._tracker.release()
+            log.info("no burst for over %.3g s: the job stopped, T released", 2 * was_locked)
+        else:
+            period = None if stopped else est.period_s
+            update = self._tracker.update(period, est.confidence, est.period_rel_error)
+        if was_locked is not None and update.period_s is None:
+            periods = periods_kept_after_lost_lock(
+                stopped=stopped or est.traffic_stopped(self._cfg.idle_bytes_per_s),
+                lock_window_periods=self._cfg.lock_window_periods,
+                restart_periods=self._cfg.restart_periods,
+                locked_s=was_locked,
+                min_window_s=self._cfg.min_window_s,
+            )
+            if periods is not None:
+                lost_from = self._clock.now() - periods * was_locked
+                for window in self._state.counters.values():
+                    window.drop_before(lost_from)
+                self._calls_floor = lost_from
+        if stopped:
+            self._hops_locked = 0
+            self._lock_age.reset()
+            self._estimates += 1
+            est = est.after_stop(self._cfg.idle_bytes_per_s)
+            est = replace(est, regime=self._regime_gate.update(est.regime, self._clock.now()))
+            self._publish(est, took, locked=False, source=source)
+            return
+        relocked = update.period_s if update.changed else None
+        keep_from: float | None = None
+        if relocked is None and update.period_s is not None:
+            watch = await self._recent_watch(inputs, update.period_s, est.period_direction)
+            relocked = self._tracker.challenge(watch.period_s, step=watch.step)
+            if relocked is not None:
+                update = replace(update, period_s=relocked, changed=True)
+                keep_from = watch.keep_from(self._clock.now(), relocked, self._cfg.restart_periods)
+                log.info("sync period changed: T = %.4g s (re-locked)", relocked)
+        if was_locked is None and update.period_s is not None:
+            self._pauses.locked(update.period_s, self._clock.now())
+        if update.period_s is None or was_locked is None or update.changed:
+            self._hops_locked = 0
+        else:
+            self._hops_locked += 1
+        if (
+            relocked is None
+            and update.period_s is not None
+            and (
+                self._hops_locked < self._cfg.outer_watch_fast_hops
+                or self._estimates % max(1, self._cfg.outer_watch_hops) == 0
+            )
+        ):
+            relocked = self._tracker.widen(await self._whole_window_period())
+            if relocked is not None:
+                update = replace(update, period_s=relocked, changed=True)
+                # The same traffic read at a longer scale: nothing old to forget, and a
+                # window of a few long periods is too short to show them again.
+                keep_from = self._clock.now() - self._cfg.lock_window_periods * relocked
+                log.info("longer sync period found: T = %.4g s (re-locked)", relocked)
+        if was_locked is None and update.period_s is not None and recent_from is not None:
+            # Locked on the newest part of the window: the older traffic (a job's start-up)
+            # did not repeat, and the locked window must not reach back into it.
+            relocked, keep_from = update.period_s, recent_from
+        if relocked is not None:
+            if keep_from is None:
+                keep_from = self._clock.now() - self._cfg.restart_periods * relocked
+            for window in self._state.counters.values():
+                window.drop_before(keep_from)
+            self._calls_floor = keep_from
+            self._cut_at = self._clock.now()
+        if update.period_s is None:
+            # Not locked yet (or lost): no T, and so no D, rather than a guess.
+            self._lock_age.update(self._clock.now(), locked=False)
+            est = replace(
+                est,
+                period_s=None,
+                confidence=0.0,
+                inner_period_s=None,
+                duty_cycle=None,
+                duty_cycle_source=None,
+                bytes_per_iteration=None,
+            )
+        else:
+            confidence = sustained_confidence(
+                est.confidence,
+                est.period_s,
+                update.period_s,
+                self._lock_age.update(self._clock.now(), locked=True, period_s=update.period_s),
+                unsure=est.period_unsure,
+            )
+            est = replace(est, period_s=update.period_s, confidence=confidence)
+            self._last_locked = est
+        began = time.perf_counter()
+        params = await self._regime_params(inputs, est, since)
+        took += time.perf_counter() - began
+        self._estimates += 1
+        shown = self._regime_gate.update(
+            est.regime, self._clock.now(), locked=update.period_s is not None
+        )
+        est = replace(est, regime=shown)
+        self._publish(est, took, locked=update.locked, source=source, regime=params)
 
     def _held(self) -> Estimate | None:
         """The lock, shown while a re-lock's cut window is too short to estimate.

@@ -66,6 +66,13 @@ READ_CHUNK = 1 << 20
 ROTATED_QUIET_S = 300.0
 #: Most rotated files followed per path (the oldest is let go first).
 MAX_ROTATED = 4
+#: A followed file not written for this long has its descriptor closed ("parked"); it is
+#: reopened when its size or time stamp changes ...
+PARK_QUIET_S = 300.0
+#: ... and at most this many are open at once, the least recently written parked first.
+#: Per-process logs (``nccl.%h.%p.log``) pile up over months: 1,100 of them took every
+#: descriptor (EMFILE), and the daemon died on the next file it had to open.
+MAX_OPEN_FILES = 128
 
 
 @dataclass(frozen=True)
@@ -122,6 +129,12 @@ class _File:
     head: bytes = b""  # the file's first bytes as we read them: a rewrite changes them
     tail: bytes = b""  # the bytes just before ``offset``: a rewrite to the same size changes them
     old: list[_File] = field(default_factory=list)  # rotated predecessors still being drained
+    mtime_ns: int = 0  # last write seen (parked files: when they were parked)
+    size: int = 0  # size when parked
+
+    @property
+    def parked(self) -> bool:
+        return self.fd < 0
 
 
 def _fingerprint(fd: int, length: int) -> str:
@@ -150,6 +163,7 @@ class Tailer:
         self._max = max_line_bytes
         self._state_file = state_file
         self._files: dict[str, _File] = {}
+        self._nopen = 0  # followed files whose descriptor is open (rotated ones not counted)
         self._buf = bytearray(READ_CHUNK)  # every read lands here, decoding copies it out
         self._mask = np.empty(0, dtype=np.bool_)  # where the newlines are (grown as needed)
         self.stats = TailStats()
@@ -229,8 +243,71 @@ class Tailer:
                 tail = os.pread(fd, min(TAIL_BYTES, offset), offset - min(TAIL_BYTES, offset))
             except OSError:
                 head = tail = b""
-        self._files[path] = _File(path, fd, st.st_dev, st.st_ino, offset, head=head, tail=tail)
+        self._files[path] = _File(path, fd, st.st_dev, st.st_ino, offset, head=head, tail=tail,
+                                  mtime_ns=st.st_mtime_ns)  # fmt: skip
         self.stats.files = len(self._files)
+        self._nopen += 1
+        if self._nopen > MAX_OPEN_FILES:
+            self._park_file(self._files[path])  # the next poll's end keeps the busiest open
+
+    def _park_file(self, f: _File) -> None:
+        """Close a followed file's descriptor, keeping its place (offset, partial line)."""
+        try:
+            st = os.fstat(f.fd)
+            f.mtime_ns, f.size = st.st_mtime_ns, st.st_size
+        except OSError:
+            f.mtime_ns, f.size = 0, -1  # unknown: reopened at the next look
+        with contextlib.suppress(OSError):
+            os.close(f.fd)
+        f.fd = -1
+        self._nopen -= 1
+
+    def _park(self) -> None:
+        """Park the files quiet for ``PARK_QUIET_S``, and the least recently written ones.
+
+        The latter while more than ``MAX_OPEN_FILES`` are open. Files that still drain rotated
+        predecessors stay open.
+        """
+        now_ns = time.time_ns()
+        candidates = []
+        for f in self._files.values():
+            if f.parked or f.old:
+                continue
+            try:
+                f.mtime_ns = os.fstat(f.fd).st_mtime_ns
+            except OSError:
+                continue
+            candidates.append(f)
+        candidates.sort(key=lambda f: f.mtime_ns)
+        excess = self._nopen - MAX_OPEN_FILES
+        for k, f in enumerate(candidates):
+            if k < excess or (now_ns - f.mtime_ns) / 1e9 > PARK_QUIET_S:
+                self._park_file(f)
+
+    def _unpark(self, f: _File) -> bool:
+        """Reopen a parked file that changed or has bytes unread; False while neither."""
+        try:
+            st = os.stat(f.path)
+        except OSError:
+            return False
+        same = (st.st_dev, st.st_ino) == (f.dev, f.ino)
+        if same and st.st_size == f.size == f.offset and st.st_mtime_ns == f.mtime_ns:
+            return False
+        try:
+            fd = os.open(f.path, os.O_RDONLY)
+            now = os.fstat(fd)
+        except OSError as exc:
+            log.debug("cannot reopen %s: %s", f.path, exc)
+            return False
+        if (now.st_dev, now.st_ino) != (f.dev, f.ino):
+            # Replaced while parked: its writes since then, if any, are not in reach.
+            self.stats.rotations += 1
+            f.dev, f.ino, f.offset, f.head, f.tail = now.st_dev, now.st_ino, 0, b"", b""
+            f.partial.clear()
+            f.skipping = False
+        f.fd = fd
+        self._nopen += 1
+        return True
 
     def _read(self, f: _File) -> list[str]:
         """New complete lines of one file (at most READ_CHUNK bytes per call), as texts.
@@ -375,6 +452,17 @@ class Tailer:
                 self._open(path, start="beginning")  # appeared while we run: all of it
         for path, current in list(self._files.items()):
             f = current
+            if f.parked:
+                if not os.path.exists(path):
+                    del self._files[path]  # deleted while parked: read to its end already
+                    continue
+                if not self._unpark(f):
+                    continue
+                if self._nopen > MAX_OPEN_FILES:  # read this poll's chunk, then park it again
+                    self._restart_if_rewritten(f)
+                    out.extend((path, text) for text in self._read(f))
+                    self._park_file(f)
+                    continue
             for old in list(f.old):  # rotated files first: drained, or followed while written
                 texts = self._read(old)
                 if texts:
@@ -407,7 +495,9 @@ class Tailer:
                 out.extend((path, text) for text in self._read(f))
                 with contextlib.suppress(OSError):
                     os.close(f.fd)
+                self._nopen -= 1
                 del self._files[path]
+        self._park()
         self.stats.files = len(self._files)
         return out
 
@@ -418,9 +508,16 @@ class Tailer:
             for old in f.old:
                 with contextlib.suppress(OSError):
                     os.close(old.fd)
-            with contextlib.suppress(OSError):
-                os.close(f.fd)
+            if not f.parked:
+                with contextlib.suppress(OSError):
+                    os.close(f.fd)
         self._files.clear()
+        self._nopen = 0
+
+    @property
+    def open_files(self) -> int:
+        """Descriptors held now (followed files not parked, and rotated ones draining)."""
+        return self._nopen + sum(len(f.old) for f in self._files.values())
 
 
 def _quiet(fd: int, seconds: float) -> bool:

@@ -744,3 +744,59 @@ def test_a_writer_that_keeps_its_file_after_create_rotation_is_still_followed(
         nccl.write("after\n")
         assert [line for _, line in tailer.poll()] == ["after"]
     tailer.close()
+
+
+def test_many_log_files_hold_a_bounded_number_of_descriptors(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Per-process logs pile up over months: one descriptor each, forever, took all 1,024 a
+    process has (EMFILE) and the daemon died. Past ``MAX_OPEN_FILES`` the least recently
+    written are parked (closed) and reopened when they change: no line is lost, and a file
+    rotated or truncated while parked is read from its start."""
+    monkeypatch.setattr(nccl_tail, "MAX_OPEN_FILES", 8)
+    paths = [tmp_path / f"nccl.node1.{pid}.log" for pid in range(30)]
+    for k, p in enumerate(paths):
+        p.write_text(f"line {k} a\n")
+    t = Tailer((str(tmp_path / "*.log"),), read_from="beginning")
+    got: list[str] = []
+    for _ in range(3):
+        got += [line for _, line in t.poll()]
+        assert t.open_files <= 8
+    assert sorted(got) == sorted(f"line {k} a" for k in range(30))
+    # Every file written again, the parked ones too: each line once, in order per file.
+    for k, p in enumerate(paths):
+        with p.open("a") as fh:
+            fh.write(f"line {k} b\n")
+    got = []
+    for _ in range(3):
+        got += [line for _, line in t.poll()]
+        assert t.open_files <= 8
+    assert sorted(got) == sorted(f"line {k} b" for k in range(30))
+    # Rotated (a new file at the path) and truncated (copytruncate) while parked.
+    os.replace(paths[0], tmp_path / "rotated.old")
+    paths[0].write_text("fresh 0\n")
+    paths[1].write_text("fresh 1\n")  # shorter than what was read: rewritten
+    got = []
+    for _ in range(3):
+        got += [line for _, line in t.poll()]
+    assert "fresh 0" in got
+    assert "fresh 1" in got
+    t.close()
+
+
+def test_a_quiet_file_is_parked_and_woken_by_a_write(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(nccl_tail, "PARK_QUIET_S", 60.0)
+    path = tmp_path / "job.log"
+    path.write_text("one\n")
+    t = Tailer((str(path),), read_from="beginning")
+    assert [line for _, line in t.poll()] == ["one"]
+    os.utime(path, (1e9, 1e9))  # last written long ago
+    t.poll()
+    assert t.open_files == 0
+    with path.open("a") as fh:
+        fh.write("two\n")
+    assert [line for _, line in t.poll()] == ["two"]
+    assert t.open_files == 1
+    t.close()

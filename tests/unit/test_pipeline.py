@@ -858,3 +858,37 @@ def test_a_jittery_job_whose_lock_has_held_is_shown_confident(
     assert held, [s.time_s - first for s in locked]
     assert min(young) < tracker_module.SUSTAINED_CONFIDENCE  # windows' own, lower
     assert sum(c >= tracker_module.SUSTAINED_CONFIDENCE for c in held) >= 0.6 * len(held)
+
+
+def test_a_hop_that_fails_outside_the_estimator_costs_that_hop_only(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Building a hop's inputs raised (EMFILE: 1,100 NCCL logs had taken every descriptor, and
+    a lazy import could not open its file) outside the estimator's guard: the task group, and
+    with it the daemon, died. Now that hop is skipped and counted."""
+    real = Pipeline._inputs
+    calls = []
+
+    def flaky(self: Pipeline) -> object:
+        calls.append(1)
+        if len(calls) in (3, 4):
+            raise OSError(24, "Too many open files")
+        return real(self)
+
+    monkeypatch.setattr(Pipeline, "_inputs", flaky)
+    seen: list[Snapshot] = []
+    pipeline = Pipeline(
+        [SquareWaveCounters()],
+        SnapshotStore(),
+        settings=PipelineSettings(hop_s=0.25, counter_rate_hz=200),
+        on_snapshot=seen.append,
+    )
+
+    async def main() -> None:
+        asyncio.get_running_loop().call_later(2.5, pipeline.stop)
+        await pipeline.run()
+
+    asyncio.run(main())
+    assert len(calls) >= 6  # the loop went on after the failures
+    assert pipeline.estimator_errors == 2
+    assert len(seen) >= len(calls) - 2 - 1

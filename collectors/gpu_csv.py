@@ -43,6 +43,7 @@ from agent.clock import Clock
 from agent.errors import ConfigError, InputFormatError, SourceUnavailable
 from collectors._base import Emit, GpuReading, Reading
 from collectors._config import check_interval, doc
+from collectors._lag import ArrivalLag
 from collectors._sampler import Sampler
 from collectors._text import Skipped, read_text_file
 from collectors.nccl_tail import Tailer
@@ -471,8 +472,9 @@ class GpuCsvSource:
     """GPU samples from a CSV: followed as it grows, or a recording replayed in real time.
 
     CSV times (nvidia-smi's local wall clock, or any origin) are mapped onto the agent's
-    monotonic clock: in follow mode with the smallest arrival-minus-sample lag seen (a row
-    cannot arrive before it was sampled), in replay mode from the start of the replay.
+    monotonic clock: in follow mode with the smallest arrival-minus-sample lag of the last
+    30 s (a row cannot arrive before it was sampled; a recorder restarted with another time
+    origin is followed within that), in replay mode from the start of the replay.
     """
 
     name = "gpu_csv"
@@ -532,7 +534,7 @@ class GpuCsvSource:
             tailer.close()
             raise SourceUnavailable(self.name, f"{self._path} does not exist (yet)")
         parser = GpuCsvParser(self._path)
-        lag: list[float] = []
+        lags = ArrivalLag()
 
         def sweep() -> list[Reading]:
             arrival = self._clock.now()
@@ -546,10 +548,7 @@ class GpuCsvSource:
                 if row is None:
                     continue
                 t, gpu, signals = row
-                offset = arrival - t
-                if not lag or offset < lag[0]:
-                    lag[:] = [offset]
-                out.append(GpuReading(t + lag[0], gpu, signals))
+                out.append(GpuReading(lags.time(t, arrival), gpu, signals))
             return out
 
         await self._sampler.run(

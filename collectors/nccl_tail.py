@@ -19,8 +19,9 @@ New lines come a chunk of whole lines at a time (:meth:`Tailer.poll_text`) and a
 bulk by the pure parser (:meth:`collectors.nccl_log.LiveDecoder.decode_chunks`: one regex pass
 per chunk for the common COLL line, the per-line parser for the rest); the COLL records of a
 sweep become one :class:`CallBatch`. NCCL's timestamps are wall-clock in local time; they are
-mapped onto the agent's monotonic clock with the smallest arrival-minus-timestamp lag seen (a
-line cannot arrive before it was written). Lines without a timestamp are stamped on arrival.
+mapped onto the agent's monotonic clock with the smallest arrival-minus-timestamp lag of the
+last 30 s (a line cannot arrive before it was written: :mod:`collectors._lag`). Lines without a
+timestamp are stamped on arrival.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ from agent.clock import Clock
 from agent.errors import ConfigError, SourceUnavailable
 from collectors._base import CallBatch, CallKey, Emit, LogLine, Reading, SourceStats
 from collectors._config import check_interval, doc
+from collectors._lag import ArrivalLag
 from collectors._sampler import Sampler
 from collectors.nccl_log import MAX_LINE_BYTES, FastCall, LiveDecoder, stamp_resolution
 
@@ -716,33 +718,20 @@ class NcclTail:
         self._state_file = config.state_file or state_file
         self._sampler = sampler or Sampler(clock)
         self._raw = raw_lines
-        self._lag: float | None = None  # min(arrival - NCCL timestamp) seen
+        self._lags = ArrivalLag()  # NCCL's stamps onto the agent's clock
         self.stats = TailStats()
+
+    @property
+    def _lag(self) -> float | None:
+        return self._lags.lag
 
     def _time(self, stamp: float | None, arrival: float) -> float:
         """One call's NCCL timestamp on the agent's clock (None: stamped on arrival)."""
-        if stamp is None:
-            return arrival
-        lag = arrival - stamp
-        if self._lag is None or lag < self._lag:
-            self._lag = lag
-        return stamp + self._lag
+        return self._lags.time(stamp, arrival)
 
     def _times(self, stamps: F64, arrival: float) -> F64:
-        """:meth:`_time` of every stamp in order (NaN: none), in numpy: the same doubles.
-
-        The lag applied to a call is the smallest one seen up to and including it: a running
-        minimum (``fmin`` skips the NaN of calls without a stamp).
-        """
-        lags = arrival - stamps
-        running = np.fmin.accumulate(
-            np.concatenate(([np.inf if self._lag is None else self._lag], lags))
-        )[1:]
-        times = stamps + running
-        times[np.isnan(stamps)] = arrival
-        if running.size and running[-1] != np.inf:
-            self._lag = float(running[-1])
-        return times
+        """:meth:`_time` of every stamp in order (NaN: none), in numpy: the same doubles."""
+        return self._lags.times(stamps, arrival)
 
     async def run(self, emit: Emit) -> None:
         """Tail until cancelled."""

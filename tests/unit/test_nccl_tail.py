@@ -592,7 +592,9 @@ def test_placing_many_stamps_at_once_equals_one_at_a_time(
     stamps: list[float | None], arrivals: list[float], lag: float | None
 ) -> None:
     old, new = _tail_source(), _tail_source()
-    old._lag = new._lag = lag
+    if lag is not None:  # a lag already known from an earlier line
+        old._time(-lag, 0.0)
+        new._times(np.array([-lag]), 0.0)
     for arrival in arrivals:
         one = [old._time(s, arrival) for s in stamps]
         many = new._times(np.array([np.nan if s is None else s for s in stamps]), arrival)

@@ -1,0 +1,82 @@
+"""Placing a source's own time stamps on the agent's clock.
+
+NCCL's log lines and nvidia-smi's rows carry wall-clock stamps (local time, any origin); the
+agent's windows run on its monotonic clock. A line cannot arrive before it was written, so
+``arrival - stamp`` is the clock offset plus a delivery delay, and its minimum is the offset.
+The minimum is taken over the last ``LAG_HORIZON_S`` of arrivals only: over all time, one
+stamp ahead of the clock (a line from another host, a glued fragment) or a wall clock stepped
+back (DST's fall-back hour in NCCL's local-time stamps, an NTP step) placed every later line
+minutes or an hour in the past, outside every window, until the agent restarted: T from the
+log was gone for good, with nothing logged.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+
+import numpy as np
+import numpy.typing as npt
+
+__all__ = ["LAG_HORIZON_S", "ArrivalLag"]
+
+F64 = npt.NDArray[np.float64]
+
+#: Arrivals this recent give the lag (a stamp far off, or a clock step, costs this long).
+LAG_HORIZON_S = 30.0
+
+
+class ArrivalLag:
+    """The smallest arrival-minus-stamp lag of recent arrivals (a sliding-window minimum)."""
+
+    def __init__(self, horizon_s: float = LAG_HORIZON_S) -> None:
+        self._horizon = horizon_s
+        # (arrival, lag): arrivals increasing, lags increasing (each is the minimum of its
+        # arrival and every later one), so the front holds the window's minimum.
+        self._mins: deque[tuple[float, float]] = deque()
+
+    @property
+    def lag(self) -> float | None:
+        """The lag now in use (None before the first stamp, or after a quiet horizon)."""
+        return self._mins[0][1] if self._mins else None
+
+    def _expire(self, arrival: float) -> None:
+        while self._mins and self._mins[0][0] < arrival - self._horizon:
+            self._mins.popleft()
+
+    def _push(self, arrival: float, lag: float) -> None:
+        while self._mins and self._mins[-1][1] >= lag:
+            self._mins.pop()
+        self._mins.append((arrival, lag))
+
+    def time(self, stamp: float | None, arrival: float) -> float:
+        """One stamp on the agent's clock (None: stamped on arrival)."""
+        self._expire(arrival)
+        if stamp is None:
+            return arrival
+        lag = arrival - stamp
+        current = self.lag
+        if current is None or lag < current:
+            self._push(arrival, lag)
+            return stamp + lag
+        return stamp + current
+
+    def times(self, stamps: F64, arrival: float) -> F64:
+        """:meth:`time` of every stamp in order (NaN: none), in numpy: the same doubles.
+
+        Within one arrival the lag applied to a stamp is the smallest one up to and including
+        it: a running minimum (``fmin`` skips the NaN of stamps that are missing).
+        """
+        if not stamps.size:
+            return stamps.copy()
+        self._expire(arrival)
+        current = self.lag
+        lags = arrival - stamps
+        running = np.fmin.accumulate(
+            np.concatenate(([math.inf if current is None else current], lags))
+        )[1:]
+        times = stamps + running
+        times[np.isnan(stamps)] = arrival
+        if running.size and running[-1] != math.inf and (current is None or running[-1] < current):
+            self._push(arrival, float(running[-1]))
+        return times

@@ -475,6 +475,7 @@ class Pipeline:
                 log.exception("source %s crashed", source.name, extra={"source": source.name})
             health.up = False
             health.restarts += 1
+            self._state.devices.source_down(source.name)
             if health.readings > delivered:
                 delay = self._cfg.backoff_initial_s  # it worked for a while: start over
             # A host without the hardware (no RDMA device, no GPU) says so once, not every

@@ -193,7 +193,9 @@ def split_duty(
     return DutySplit(
         signal=signal,
         distinguishing=True,
-        exposed=float(np.einsum("i,i->", exposed, weight) / total),
+        # The windows' noise averages out, but its mean may land a hair under 0 (-5e-8 on a
+        # real run, exported as a negative ratio): clipped once, here.
+        exposed=max(0.0, float(np.einsum("i,i->", exposed, weight) / total)),
         overlapped=float(np.einsum("i,i->", np.clip(n - exposed, 0.0, None), weight) / total),
         compute_fraction=float(np.einsum("i,i->", c, weight) / total),
         gpu_interval_s=interval,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import numpy.typing as npt
@@ -874,6 +874,22 @@ class DeviceTable:
     def _forget(self, key: tuple[str, str]) -> None:
         if self._devices.pop(key, None) is not None:
             self._targets.clear()  # they hold the forgotten device's values
+
+    def source_down(self, source: str) -> None:
+        """A source that stopped: its devices show as vanished (then are forgotten).
+
+        When the last RDMA port went away, the source stopped before its "vanished" notes
+        were delivered, and the port stayed on /metrics as ACTIVE with its last counters.
+        A source that comes back says again what it finds.
+        """
+        for key, st in list(self._devices.items()):
+            if key[0] != source:
+                continue
+            if st.info is None or st.info.skipped not in (None, "vanished"):
+                self._forget(key)
+            elif st.info.skipped is None:  # (a vanished one keeps counting its hops)
+                st.info = replace(st.info, skipped="vanished")
+                st.vanished_hops = 0
 
     def add_reading(self, source: str, reading: CounterReading) -> None:
         """Keep the newest raw values."""

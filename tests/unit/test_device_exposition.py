@@ -106,6 +106,25 @@ def test_vanished_devices_leave_the_table() -> None:
     assert [d.device for d in table.hop()] == ["eth1"]
 
 
+def test_the_devices_of_a_source_that_stopped_show_as_vanished() -> None:
+    """The last RDMA port went away: the source stopped before its "vanished" notes were
+    delivered, and mlx5_0 stayed on /metrics as ACTIVE with its last counters. Another
+    source's devices are not touched."""
+    table = DeviceTable()
+    table.add_info("rdma_counters", DeviceInfo("mlx5_0:1", "rdma", state="ACTIVE"))
+    table.add_reading("rdma_counters", CounterReading(0.0, {"mlx5_0:1_tx_bytes": 5}))
+    table.add_info("rdma_counters", DeviceInfo("mlx5_1:1", "rdma", skipped="no counters"))
+    table.add_info("nic_counters", DeviceInfo("eth0", "netdev"))
+    table.source_down("rdma_counters")
+    shown = {(d.source, d.device): d for d in table.hop()}
+    assert set(shown) == {("rdma_counters", "mlx5_0:1"), ("nic_counters", "eth0")}
+    gone = shown["rdma_counters", "mlx5_0:1"]
+    assert gone.info is not None
+    assert gone.info.skipped == "vanished"
+    assert gone.tx_bytes is None
+    assert shown["nic_counters", "eth0"].info == DeviceInfo("eth0", "netdev")
+
+
 def test_a_saturated_byte_counter_has_no_rate_on_the_scrape() -> None:
     """A 32-bit port_xmit_data stuck at 2^32-1 was flagged (device_saturated 1) while its last
     rate stayed on the scrape for 3 more hops: the flag's help says its rate is not reported."""

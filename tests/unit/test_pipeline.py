@@ -892,3 +892,33 @@ def test_a_hop_that_fails_outside_the_estimator_costs_that_hop_only(
     assert len(calls) >= 6  # the loop went on after the failures
     assert pipeline.estimator_errors == 2
     assert len(seen) >= len(calls) - 2 - 1
+
+
+class LastPortGone:
+    """An RDMA source whose only port goes away after a few polls (its sweep raises)."""
+
+    name = "rdma_counters"
+
+    def __init__(self) -> None:
+        self.runs = 0
+
+    async def run(self, emit: Emit) -> None:
+        from collectors._base import DeviceInfo
+
+        self.runs += 1
+        if self.runs > 1:
+            raise SourceUnavailable(self.name, "no device under /sys/class/infiniband")
+        emit(DeviceInfo("mlx5_0:1", "rdma", state="ACTIVE"))
+        for k in range(5):
+            emit(CounterReading(MonotonicClock().now(), {"mlx5_0:1_tx_bytes": 1000 * k}))
+            await asyncio.sleep(0.05)
+        raise SourceUnavailable(self.name, "every RDMA port went away")
+
+
+def test_the_ports_of_a_source_that_went_away_are_not_shown_active() -> None:
+    source = LastPortGone()
+    seen = _run(source, PipelineSettings(hop_s=0.25, backoff_initial_s=0.2), 1.5)
+    assert source.runs >= 2
+    last = {d.device: d for d in seen[-1].devices}
+    assert last["mlx5_0:1"].info is not None
+    assert last["mlx5_0:1"].info.skipped == "vanished"

@@ -93,3 +93,19 @@ def test_gpu_windows_per_gpu_and_missing_samples() -> None:
     # The sample after a gap does not claim the whole gap.
     assert float(np.max(w.end - w.start)) <= 0.2 + 1e-9
     assert set(w.gpu.tolist()) == {0, 1}
+
+
+def test_exposed_communication_is_never_negative() -> None:
+    """A network that never leaves its background (zero-mean noise around the off level)
+    while the GPU idles: the windows' noise averaged to -5e-8, exported as a negative ratio."""
+    rng = np.random.default_rng(5)
+    rate = 1e6 + rng.normal(0.0, 1e4, int(FS * DURATION))  # noise around the off level
+    rate[rate > 1e6] = 1e6 - (rate[rate > 1e6] - 1e6) * 1.001  # its mean a hair under it
+    t = np.arange(0.1, DURATION + 1e-9, 0.1)
+    gpu = np.where(np.arange(t.size) % 20 < 10, 0.02, 0.9)  # computing half the time
+    split = split_duty(
+        rate, 0.0, 1.0 / FS, 1e6, 2e9, gpu_windows(t, np.zeros(t.size, dtype=np.int64), gpu),
+        signal="sm_active", shortest_phase_s=1.0,
+    )  # fmt: skip
+    assert split.exposed is not None
+    assert split.exposed >= 0.0

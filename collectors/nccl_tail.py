@@ -166,6 +166,7 @@ class Tailer:
         self._state_file = state_file
         self._files: dict[str, _File] = {}
         self._nopen = 0  # followed files whose descriptor is open (rotated ones not counted)
+        self._state_error: str | None = None  # why the last save failed (said once)
         self._buf = bytearray(READ_CHUNK)  # every read lands here, decoding copies it out
         self._mask = np.empty(0, dtype=np.bool_)  # where the newlines are (grown as needed)
         self.stats = TailStats()
@@ -204,7 +205,17 @@ class Tailer:
             tmp.write_text(json.dumps(data))
             os.replace(tmp, self._state_file)
         except OSError as exc:
-            log.warning("cannot save tail state %s: %s", self._state_file, exc.strerror)
+            # Said once per reason, not every 5 s for months (an unwritable state_dir).
+            said = exc.strerror != self._state_error
+            self._state_error = exc.strerror
+            log.log(
+                logging.WARNING if said else logging.DEBUG,
+                "cannot save tail state %s: %s (offsets will not survive a restart)",
+                self._state_file,
+                exc.strerror,
+            )
+        else:
+            self._state_error = None
 
     # -- files ---------------------------------------------------------------------------
 

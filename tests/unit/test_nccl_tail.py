@@ -802,3 +802,21 @@ def test_a_quiet_file_is_parked_and_woken_by_a_write(
     assert [line for _, line in t.poll()] == ["two"]
     assert t.open_files == 1
     t.close()
+
+
+def test_an_unwritable_state_file_is_said_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An unwritable state_dir logged a warning every 5 s for as long as the agent ran."""
+    path = tmp_path / "job.log"
+    path.write_text("one\n")
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("")
+    t = Tailer((str(path),), read_from="beginning", state_file=blocker / "offsets.json")
+    with caplog.at_level("DEBUG", logger="collectors.nccl_tail"):
+        for _ in range(4):
+            t.save_state()
+    said = [r for r in caplog.records if "cannot save tail state" in r.getMessage()]
+    assert len(said) == 4
+    assert [r.levelname for r in said] == ["WARNING", "DEBUG", "DEBUG", "DEBUG"]
+    t.close()

@@ -206,10 +206,14 @@ def discover_ports(sysfs_root: Path) -> list[RdmaPort]:
             if xmit is None or rcv is None:
                 skipped = "no counters/ directory (no PMA counters, e.g. bnxt_re, iWARP)"
             else:
-                raw = read_attr(xmit) or b""
+                try:
+                    raw = xmit.read_bytes()
+                except OSError as exc:  # EACCES without CAP_DAC_OVERRIDE, not "empty"
+                    raw, why = b"", exc.strerror or type(exc).__name__
+                else:
+                    why = raw.decode(errors="replace").strip() or "empty"
                 if parse_sysfs_int(raw) is None:
-                    text = raw.decode(errors="replace").strip()
-                    skipped = f"counters unreadable: {text or 'empty'}"
+                    skipped = f"counters unreadable: {why}"
             ports.append(
                 RdmaPort(
                     device=dev,

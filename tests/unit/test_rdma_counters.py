@@ -72,6 +72,22 @@ def test_discovery_finds_every_port_and_says_why_some_are_skipped() -> None:
     assert ports["mlx5_0:1"].skipped is None
 
 
+def test_a_counter_the_agent_may_not_read_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without CAP_DAC_OVERRIDE a mode-000 counter file refuses the read: the port said
+    "counters unreadable: empty", which sent an operator looking at the driver."""
+    real = Path.read_bytes
+
+    def refused(self: Path) -> bytes:
+        if self.name == "port_xmit_data" and "mlx5_0" in str(self.resolve()):
+            raise PermissionError(13, "Permission denied")
+        return real(self)
+
+    monkeypatch.setattr(Path, "read_bytes", refused)
+    ports = {p.name: p for p in discover_ports(FIXTURE)}
+    assert ports["mlx5_0:1"].skipped == "counters unreadable: Permission denied"
+    assert ports["mlx5_1:1"].skipped is None
+
+
 def test_data_counters_are_words_times_four() -> None:
     port = next(p for p in discover_ports(FIXTURE) if p.name == "mlx5_0:1")
     reader = RdmaPortReader(port)

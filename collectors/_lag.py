@@ -31,8 +31,8 @@ class ArrivalLag:
 
     def __init__(self, horizon_s: float = LAG_HORIZON_S) -> None:
         self._horizon = horizon_s
-        # (arrival, lag): arrivals increasing, lags increasing (each is the minimum of its
-        # arrival and every later one), so the front holds the window's minimum.
+        # (arrival, lag) of every arrival, less those a later and smaller lag made useless:
+        # arrivals and lags both increase, so the front holds the window's minimum.
         self._mins: deque[tuple[float, float]] = deque()
 
     @property
@@ -55,11 +55,8 @@ class ArrivalLag:
         if stamp is None:
             return arrival
         lag = arrival - stamp
-        current = self.lag
-        if current is None or lag < current:
-            self._push(arrival, lag)
-            return stamp + lag
-        return stamp + current
+        self._push(arrival, lag)  # every lag: when the smaller ones expire, it may be the least
+        return stamp + self._mins[0][1]
 
     def times(self, stamps: F64, arrival: float) -> F64:
         """:meth:`time` of every stamp in order (NaN: none), in numpy: the same doubles.
@@ -77,6 +74,7 @@ class ArrivalLag:
         )[1:]
         times = stamps + running
         times[np.isnan(stamps)] = arrival
-        if running.size and running[-1] != math.inf and (current is None or running[-1] < current):
-            self._push(arrival, float(running[-1]))
+        least = float(np.fmin.reduce(lags))  # NaN only when no stamp is there
+        if not math.isnan(least):
+            self._push(arrival, least)
         return times

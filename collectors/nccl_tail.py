@@ -467,7 +467,9 @@ class Tailer:
             f = current
             if f.parked:
                 if not os.path.exists(path):
-                    del self._files[path]  # deleted while parked: read to its end already
+                    # Deleted while parked: lines it still had unread (a file parked in a
+                    # backlog, over the cap) went with it.
+                    del self._files[path]
                     continue
                 if not self._unpark(f):
                     continue

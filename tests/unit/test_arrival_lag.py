@@ -55,3 +55,21 @@ def test_one_stamp_at_a_time_and_many_at_once_agree() -> None:
         placed_many = many.times(stamps, arrival)
         np.testing.assert_array_equal(placed_many, np.array(placed_one))
         assert one.lag == many.lag
+
+
+def test_the_lag_is_the_least_of_the_horizon_not_the_next_line_after_it() -> None:
+    """Lines that wait 10 ms to 2 s in a buffer: the lag in use is the smallest delay of the
+    last 30 s, at every line, not whatever the first line after an expiry happened to wait."""
+    rng = np.random.default_rng(11)
+    one, many = ArrivalLag(), ArrivalLag()
+    worst_one = worst_many = 0.0
+    for k in range(int(150.0 / 0.2)):
+        written = 0.2 * k
+        arrival = written + rng.uniform(0.01, 2.0)
+        placed = one.time(written - OFFSET, arrival)
+        placed_many = float(many.times(np.array([written - OFFSET]), arrival)[0])
+        if written > LAG_HORIZON_S:
+            worst_one = max(worst_one, placed - written)
+            worst_many = max(worst_many, placed_many - written)
+    assert worst_one < 0.2  # the least delay of ~150 lines, not a random one of up to 2 s
+    assert worst_many < 0.2

@@ -32,7 +32,7 @@ The protocol is research/period_estimation.md §4:
 * **Estimators** on the same windows: ``agent.estimate.estimate`` (the product, one window at a
   time: no tracker), an FFT argmax (4x zero-padded Hann periodogram, parabolic interpolation on
   log-power) and an ACF first peak (NSDF first maximum above 0.3).
-* **Online**: a wrapper that mimics ``agent.pipeline.Pipeline._estimate_loop`` (ring of polls
+* **Online**: a wrapper that mimics ``agent.pipeline.Pipeline._hop`` (ring of polls
   sized by ``window_capacity``, ``min_window_s``, absolute-deadline hops, ``PeriodTracker``, and
   ``drop_before(now - restart_periods·T)`` on a change) for cold-start and change latency, for
   aperiodic streams (no lock wanted) and for steady streams with stalled steps (no re-lock
@@ -1131,7 +1131,7 @@ def run_online(
     reset: bool = True,
     stop: Callable[[list[OnlineUpdate]], bool] | None = None,
 ) -> list[OnlineUpdate]:
-    """Mimic ``Pipeline._estimate_loop``: every hop, grid the window, estimate, track.
+    """Mimic ``Pipeline._hop``: every hop, grid the window, estimate, track.
 
     Faithful to agent/pipeline.py: the ring holds ``window_capacity(window_s,
     counter_rate_hz)`` polls; no estimate (and no tracker update) while the window spans less
@@ -1182,7 +1182,7 @@ def run_online(
         est, recent_from = estimate_recent(inputs, min_window_s=settings.min_window_s)
         was_locked = tracker.locked
         resumed = False
-        gone_at = _job_gone(window, est, was_locked, pauses)  # as Pipeline._estimate_loop
+        gone_at = _job_gone(window, est, was_locked, pauses)  # as Pipeline._hop
         if gone_at is not None:
             stopped_at = gone_at
         elif (
@@ -1268,7 +1268,7 @@ def run_online(
                 update = replace(update, period_s=relocked, changed=True)
                 keep_from = now - settings.lock_window_periods * relocked
         if was_locked is None and update.period_s is not None and recent_from is not None:
-            relocked, keep_from = update.period_s, recent_from  # as Pipeline._estimate_loop
+            relocked, keep_from = update.period_s, recent_from  # as Pipeline._hop
         if reset and relocked is not None:
             if keep_from is None:
                 keep_from = now - settings.restart_periods * relocked
@@ -1277,7 +1277,7 @@ def run_online(
         estimates += 1
         held_s = lock_age.update(now, locked=update.period_s is not None, period_s=update.period_s)
         conf = (
-            sustained_confidence(  # as Pipeline._estimate_loop
+            sustained_confidence(  # as Pipeline._hop
                 est.confidence, est.period_s, update.period_s, held_s, unsure=est.period_unsure
             )
             if update.period_s is not None

@@ -3,7 +3,7 @@
 ``CommpulseNetworkBottleneck`` (deploy/prometheus/commpulse-rules.yml) fires when, for 15
 minutes, D's lowest value over the last 2 minutes is above 0.5 and the confidence reached 0.5
 in the last 5 minutes. This replays simulated counter recordings through the live estimate
-loop (``bench/accuracy.py``'s mirror of ``Pipeline._estimate_loop``, hop 1 s), samples what the
+loop (``bench/accuracy.py``'s mirror of ``Pipeline._hop``, hop 1 s), samples what the
 agent exports every 15 s as Prometheus would scrape it, and evaluates that condition at every
 scrape: the share of scrapes where it holds and its longest unbroken run (15 minutes or more:
 the alert fires). Network-bound training jobs (D about 0.64) with growing step spread, and
@@ -208,7 +208,7 @@ def run_case(acc: ModuleType, case: Case, seconds: float, seed: int) -> GateStat
         t_end=float(poll_times[-1]),
     )
     times = np.array([u.time_s for u in updates])
-    # D is exported only while T is locked (Pipeline._estimate_loop).
+    # D is exported only while T is locked (Pipeline._hop).
     duty = np.array(
         [u.duty if u.duty is not None and u.reported_s is not None else np.nan for u in updates]
     )

@@ -2,7 +2,7 @@
 
 The recordings (tests/fixtures/counters, described in their ``.truth.json``) are 100 Hz
 sysfs polls of a veth between two network namespaces, with each iteration's end logged by
-rank 0. They are replayed hop by hop through the bench's mirror of ``Pipeline._estimate_loop``
+rank 0. They are replayed hop by hop through the bench's mirror of ``Pipeline._hop``
 (bench/accuracy.py ``run_online``), so the tracker, the window restarts and the recent-window
 retry all take part, as they do live.
 """

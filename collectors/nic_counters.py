@@ -470,6 +470,14 @@ class _NicSweeper:
 
     def _rescan(self, out: list[Reading], *, force: bool) -> None:
         chosen, infos = self._scan()
+        if not chosen:
+            # Every selected interface went away: the source is down (as rdma_counters), not
+            # up and delivering empty polls; the pipeline shows its devices as vanished.
+            raise SourceUnavailable(
+                self._name,
+                f"every selected interface went away (include={self._cfg.include!r}, "
+                f"exclude={self._cfg.exclude!r})",
+            )
         out.extend(info for name, info in infos.items() if self.infos.get(name) != info)
         out.extend(
             DeviceInfo(device=name, kind="netdev", skipped="vanished")

@@ -203,3 +203,23 @@ def test_an_interface_recreated_under_a_new_ifindex_is_reopened(tmp_path: Path) 
     sweeper.sweep()
     assert sweeper.reader is not first
     sweeper.close()
+
+
+def test_the_source_is_down_when_every_selected_interface_went_away(tmp_path: Path) -> None:
+    """Its included veths deleted, nic_counters stayed up (source_up 1) with empty polls,
+    while rdma_counters in the same case went down."""
+    from collectors.nic_counters import _NicSweeper
+
+    root = tmp_path / "sys"
+    shutil.copytree(Path(__file__).resolve().parents[1] / "fixtures" / "mlx5-host" / "sys", root,
+                    symlinks=True)  # fmt: skip
+    clock = FakeClock()
+    cfg = NicConfig(sysfs_root=root, method="sysfs", include="^eth0$", rescan_interval_s=1.0)
+    sweeper = _NicSweeper(cfg, clock, "nic_counters")
+    clock.advance(1.5)
+    assert any(isinstance(r, CounterReading) and r.values for r in sweeper.sweep())
+    (root / "class" / "net" / "eth0").unlink()  # the interface is gone
+    clock.advance(1.5)
+    with pytest.raises(SourceUnavailable, match="every selected interface went away"):
+        sweeper.sweep()
+    sweeper.close()

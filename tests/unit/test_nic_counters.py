@@ -20,6 +20,7 @@ from collectors.nic_counters import (
     NicConfig,
     NicCounters,
     SysfsStatsReader,
+    _NicSweeper,
     discover_interfaces,
     parse_speed,
     parse_stats_dump,
@@ -182,17 +183,20 @@ def test_real_kernel_netlink_and_sysfs_agree() -> None:
     sysfs.close()
 
 
-def test_an_interface_recreated_under_a_new_ifindex_is_reopened(tmp_path: Path) -> None:
-    """A driver reload (or a veth re-created) between two rescans keeps the name under a new
-    ifindex; the netlink reader matches by index, so the interface went unread for good."""
-    from collectors.nic_counters import _NicSweeper
-
+def _eth0_sweeper(tmp_path: Path) -> tuple[Path, FakeClock, _NicSweeper]:
+    """The mlx5 host's sysfs copied under ``tmp_path``, eth0 alone polled, on a fake clock."""
     root = tmp_path / "sys"
     shutil.copytree(Path(__file__).resolve().parents[1] / "fixtures" / "mlx5-host" / "sys", root,
                     symlinks=True)  # fmt: skip
     clock = FakeClock()
     cfg = NicConfig(sysfs_root=root, method="sysfs", include="^eth0$", rescan_interval_s=1.0)
-    sweeper = _NicSweeper(cfg, clock, "nic_counters")
+    return root, clock, _NicSweeper(cfg, clock, "nic_counters")
+
+
+def test_an_interface_recreated_under_a_new_ifindex_is_reopened(tmp_path: Path) -> None:
+    """A driver reload (or a veth re-created) between two rescans keeps the name under a new
+    ifindex; the netlink reader matches by index, so the interface went unread for good."""
+    root, clock, sweeper = _eth0_sweeper(tmp_path)
     first = sweeper.reader
     clock.advance(1.5)
     sweeper.sweep()
@@ -208,14 +212,7 @@ def test_an_interface_recreated_under_a_new_ifindex_is_reopened(tmp_path: Path) 
 def test_the_source_is_down_when_every_selected_interface_went_away(tmp_path: Path) -> None:
     """Its included veths deleted, nic_counters stayed up (source_up 1) with empty polls,
     while rdma_counters in the same case went down."""
-    from collectors.nic_counters import _NicSweeper
-
-    root = tmp_path / "sys"
-    shutil.copytree(Path(__file__).resolve().parents[1] / "fixtures" / "mlx5-host" / "sys", root,
-                    symlinks=True)  # fmt: skip
-    clock = FakeClock()
-    cfg = NicConfig(sysfs_root=root, method="sysfs", include="^eth0$", rescan_interval_s=1.0)
-    sweeper = _NicSweeper(cfg, clock, "nic_counters")
+    root, clock, sweeper = _eth0_sweeper(tmp_path)
     clock.advance(1.5)
     assert any(isinstance(r, CounterReading) and r.values for r in sweeper.sweep())
     (root / "class" / "net" / "eth0").unlink()  # the interface is gone

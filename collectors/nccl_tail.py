@@ -297,12 +297,11 @@ class Tailer:
             if k < excess or (now_ns - f.mtime_ns) / 1e9 > PARK_QUIET_S:
                 self._park_file(f)
 
-    def _unpark(self, f: _File) -> bool:
-        """Reopen a parked file that changed or has bytes unread; False while neither."""
-        try:
-            st = os.stat(f.path)
-        except OSError:
-            return False
+    def _unpark(self, f: _File, st: os.stat_result) -> bool:
+        """Reopen a parked file that changed or has bytes unread; False while neither.
+
+        ``st`` is its path's stat, taken once by the caller (which also tells a deletion).
+        """
         same = (st.st_dev, st.st_ino) == (f.dev, f.ino)
         if same and st.st_size == f.size == f.offset and st.st_mtime_ns == f.mtime_ns:
             return False
@@ -466,12 +465,16 @@ class Tailer:
         for path, current in list(self._files.items()):
             f = current
             if f.parked:
-                if not os.path.exists(path):
+                try:
+                    parked_st = os.stat(path)
+                except FileNotFoundError:
                     # Deleted while parked: lines it still had unread (a file parked in a
                     # backlog, over the cap) went with it.
                     del self._files[path]
                     continue
-                if not self._unpark(f):
+                except OSError:
+                    continue
+                if not self._unpark(f, parked_st):
                     continue
                 if self._nopen > MAX_OPEN_FILES:  # read this poll's chunk, then park it again
                     self._restart_if_rewritten(f)

@@ -37,9 +37,34 @@ class Query:
     legend: str = ""
 
 
-def _target(q: Query, ref: str) -> prometheus.Dataquery:
-    t = prometheus.Dataquery().expr(q.expr).ref_id(ref).datasource(DATASOURCE).range()
+def _target(q: Query, ref: str, *, instant: bool = False) -> prometheus.Dataquery:
+    """A range query for graphs; an instant query for "now" (stat panels).
+
+    An instant query returns nothing for a series that went stale (a job that ended, an agent
+    that stopped exporting a value), where a range query reduced to its last non-null value
+    would show that value for as long as the dashboard's time range reaches back to it.
+    """
+    t = prometheus.Dataquery().expr(q.expr).ref_id(ref).datasource(DATASOURCE)
+    t = t.instant() if instant else t.range()
     return t.legend_format(q.legend) if q.legend else t
+
+
+#: The window percentiles the agent exports (label ``percentile``: "50", "90", "99") drawn.
+WINDOW_PERCENTILES = ("50", "99")
+
+
+def _quantile(q: float, histogram: str, by: str, legend: str) -> Query:
+    """``histogram_quantile`` of a histogram's rate by ``by``, only where calls were counted.
+
+    Without new observations in the rate window every bucket's rate is 0 and the quantile is
+    NaN, which Grafana draws as a gap or a spike; the ``and`` leaves those points out.
+    """
+    sel = f"{{{HOSTS}}}[$__rate_interval]"
+    return Query(
+        f"histogram_quantile({q}, sum by ({by}, le) (rate({histogram}_bucket{sel})))"
+        f" and on({by}) (sum by ({by}) (rate({histogram}_count{sel})) > 0)",
+        legend,
+    )
 
 
 def _thresholds(*steps: tuple[float | None, str]) -> db.ThresholdsConfig:
@@ -69,9 +94,15 @@ def series(
     height: int = 8,
     threshold: float | None = None,
     stacked: bool = False,
+    min_value: float | None = 0,
     max_value: float | None = None,
+    overrides: dict[str, list[dm.DynamicConfigValue]] | None = None,
 ) -> timeseries.Panel:
-    """A time-series panel; ``threshold`` draws a dashed red line (the D = 0.5 boundary)."""
+    """A time-series panel; ``threshold`` draws a dashed red line (the D = 0.5 boundary).
+
+    ``min_value`` None lets the axis go below 0 (signed values); ``overrides`` maps a query's
+    ref id (A, B, ...) to field settings of its own (a unit and an axis of its own).
+    """
     p = (
         timeseries.Panel()
         .title(title)
@@ -83,8 +114,9 @@ def series(
         .legend(_legend())
         .line_width(1)
         .fill_opacity(10 if not stacked else 40)
-        .min(0)
     )
+    if min_value is not None:
+        p = p.min(min_value)
     if max_value is not None:
         p = p.max(max_value)
     if threshold is not None:
@@ -95,6 +127,8 @@ def series(
         p = p.stacking(cb.StackingConfig().mode(cm.StackingMode.NORMAL))
     for i, q in enumerate(queries):
         p = p.with_target(_target(q, chr(ord("A") + i)))
+    for ref, properties in (overrides or {}).items():
+        p = p.override_by_query(ref, properties)
     return p
 
 
@@ -107,7 +141,11 @@ def single(
     thresholds: tuple[tuple[float | None, str], ...] = ((None, "blue"),),
     width: int = 4,
 ) -> stat.Panel:
-    """A stat panel with the last value (one per host)."""
+    """A stat panel with the current value (one per host), from an instant query.
+
+    Not a range query reduced to its last non-null value: that kept a finished job's D, T and
+    B on the panel for as long as the time range reached back to them.
+    """
     return (
         stat.Panel()
         .title(title)
@@ -117,21 +155,35 @@ def single(
         .span(width)
         .height(4)
         .color_mode(cm.BigValueColorMode.VALUE)
-        .graph_mode(cm.BigValueGraphMode.AREA)
+        .graph_mode(cm.BigValueGraphMode.NONE)
         .text_mode(cm.BigValueTextMode.VALUE_AND_NAME)
         .reduce_options(cb.ReduceDataOptions().calcs(["lastNotNull"]).values(False))
         .thresholds(_thresholds(*thresholds))
-        .with_target(_target(query, "A"))
+        .with_target(_target(query, "A", instant=True))
     )
 
 
-def states(title: str, description: str, query: Query, *, width: int = 12) -> statetimeline.Panel:
-    """A state timeline of a 0/1 series per label (regime, source up)."""
+#: A one-hot state (regime, arrival pattern, ZeRO stage): only the current one is drawn.
+ONE_HOT = (("off", "transparent"), ("on", "green"))
+#: Health: a 0 must stand out, never vanish.
+HEALTH = (("down", "red"), ("up", "green"))
+
+
+def states(
+    title: str,
+    description: str,
+    query: Query,
+    *,
+    width: int = 12,
+    texts: tuple[tuple[str, str], tuple[str, str]] = ONE_HOT,
+) -> statetimeline.Panel:
+    """A state timeline of a 0/1 series per label; ``texts`` names and colours 0 and 1."""
+    (off, off_color), (on, on_color) = texts
     mappings: list[dm.ValueMapping] = [
         dm.ValueMap(
             options={
-                "0": dm.ValueMappingResult(text="off", color="transparent", index=0),
-                "1": dm.ValueMappingResult(text="on", color="green", index=1),
+                "0": dm.ValueMappingResult(text=off, color=off_color, index=0),
+                "1": dm.ValueMappingResult(text=on, color=on_color, index=1),
             }
         )
     ]
@@ -246,7 +298,8 @@ def build() -> db.Dashboard:
                 "V: bytes per step",
                 "Bytes on the wire per step, B·D·T.",
                 Query(f"commpulse_iteration_bytes{{{HOSTS}}}", "{{instance}}"),
-                unit="bytes",
+                # SI, as B (Bps): bytes per step = B·D·T reads in the same prefixes.
+                unit="decbytes",
             )
         )
         .with_panel(
@@ -449,8 +502,8 @@ def build() -> db.Dashboard:
         )
         .with_panel(
             series(
-                "Job T and B",
-                "Mean T and mean/slowest-host B of each job.",
+                "Job T",
+                "Mean sync period T over each job's hosts (B is the next panel).",
                 [
                     Query(f"job_id:commpulse_sync_period_seconds:avg{{{jobs}}}", "T {{job_id}}"),
                 ],
@@ -492,35 +545,57 @@ def build() -> db.Dashboard:
                     ),
                 ],
                 unit="percentunit",
+                # Below 0: a host that computes less than the median (the excess is signed).
+                min_value=None,
             )
         )
         .with_panel(
             series(
                 "Share of jobs that are network-bound",
-                "Jobs whose mean D is above 0.5, over all jobs with a job_id.",
+                "Jobs whose mean D is above 0.5, over the jobs (job_id) that have a D (a job "
+                "without a period, such as inference, has none): the share on the right axis "
+                "(0-100 %), the counts of jobs on the left.",
                 [
-                    Query("cluster:commpulse_jobs_network_bound:ratio", "share"),
+                    Query("cluster:commpulse_jobs_network_bound:ratio", "share network-bound"),
                     Query("cluster:commpulse_jobs_network_bound:count", "network-bound jobs"),
                     Query("cluster:commpulse_jobs:count", "jobs"),
                 ],
                 unit="short",
+                overrides={
+                    "A": [
+                        dm.DynamicConfigValue(id_val="unit", value="percentunit"),
+                        dm.DynamicConfigValue(id_val="min", value=0),
+                        dm.DynamicConfigValue(id_val="max", value=1),
+                        dm.DynamicConfigValue(id_val="custom.axisPlacement", value="right"),
+                    ]
+                },
             )
         )
     )
 
     d = d.with_row(db.Row("NCCL"))
+    calls = f"{{{HOSTS}}}[$__rate_interval]"
     d = d.with_panel(
         series(
             "Collective message size",
-            "Median and 99th percentile of the collective size S per call (from the NCCL log), "
-            "over the dashboard's rate window.",
+            "Mean collective size S per call (from the NCCL log) over the dashboard's rate "
+            "window: bytes of the calls over their number. The p99 is approximate: the "
+            "histogram's buckets are 4x apart (1 KiB, 4 KiB, 16 KiB, ...) and the quantile is "
+            "interpolated inside one, so it can be off by up to 4x; it only says which bucket "
+            "the largest calls fall in.",
             [
                 Query(
-                    f"histogram_quantile({q}, sum by (instance, le) (rate("
-                    f"commpulse_collective_message_bytes_bucket{{{HOSTS}}}[$__rate_interval])))",
-                    f"p{int(q * 100)} {{{{instance}}}}",
-                )
-                for q in (0.5, 0.99)
+                    f"sum by (instance) (rate(commpulse_collective_message_bytes_sum{calls}))"
+                    " / (sum by (instance) (rate(commpulse_collective_message_bytes_count"
+                    f"{calls})) > 0)",
+                    "mean {{instance}}",
+                ),
+                _quantile(
+                    0.99,
+                    "commpulse_collective_message_bytes",
+                    "instance",
+                    "p99 approx. (4x buckets) {{instance}}",
+                ),
             ],
             unit="bytes",
         )
@@ -546,10 +621,8 @@ def build() -> db.Dashboard:
             "(includes waiting for slower peers inside the kernel). P99 is what latency-bound "
             "inference and ZeRO layer trains feel.",
             [
-                Query(
-                    f"histogram_quantile({q}, sum by (op, le) (rate("
-                    f"commpulse_collective_exec_seconds_bucket{{{HOSTS}}}[$__rate_interval])))",
-                    f"p{int(q * 100)} {{{{op}}}}",
+                _quantile(
+                    q, "commpulse_collective_exec_seconds", "op", f"p{int(q * 100)} {{{{op}}}}"
                 )
                 for q in (0.5, 0.99)
             ],
@@ -597,16 +670,16 @@ def build() -> db.Dashboard:
         .with_panel(
             series(
                 "Burst duration p50 / p99",
-                "How long communication bursts last, from every burst seen end (for inference "
-                "the tail is the latency budget; for training the comm phase of a step).",
+                "How long communication bursts last (for inference the tail is the latency "
+                "budget; for training the comm phase of a step): the exact P50 and P99 of the "
+                "bursts in the agent's estimate window, not interpolated from histogram "
+                "buckets. Absent while the poll rate cannot resolve the bursts.",
                 [
                     Query(
-                        f"histogram_quantile({q}, sum by (instance, le) (rate("
-                        f"commpulse_burst_duration_seconds_bucket{{{HOSTS}}}"
-                        "[$__rate_interval])))",
-                        f"p{int(q * 100)} {{{{instance}}}}",
+                        f'commpulse_burst_duration_window_seconds{{{HOSTS}, percentile="{q}"}}',
+                        f"p{q} {{{{instance}}}}",
                     )
-                    for q in (0.5, 0.99)
+                    for q in WINDOW_PERCENTILES
                 ],
                 unit="s",
             )
@@ -614,16 +687,17 @@ def build() -> db.Dashboard:
         .with_panel(
             series(
                 "Burst size p50 / p99",
-                "Bytes above the background per communication burst, from every burst seen end.",
+                "Bytes above the background per communication burst: the exact P50 and P99 of "
+                "the bursts in the agent's estimate window, not interpolated from histogram "
+                "buckets.",
                 [
                     Query(
-                        f"histogram_quantile({q}, sum by (instance, le) (rate("
-                        f"commpulse_burst_size_bytes_bucket{{{HOSTS}}}[$__rate_interval])))",
-                        f"p{int(q * 100)} {{{{instance}}}}",
+                        f'commpulse_burst_size_window_bytes{{{HOSTS}, percentile="{q}"}}',
+                        f"p{q} {{{{instance}}}}",
                     )
-                    for q in (0.5, 0.99)
+                    for q in WINDOW_PERCENTILES
                 ],
-                unit="bytes",
+                unit="decbytes",
             )
         )
         .with_panel(
@@ -686,10 +760,10 @@ def build() -> db.Dashboard:
                 "trains) pays per message. Needs [sources.packet_capture]; with sample_every N "
                 "only one pair in N² is seen.",
                 [
-                    Query(
-                        f"histogram_quantile({q}, sum by (instance, le) (rate("
-                        f"commpulse_capture_ack_latency_seconds_bucket{{{HOSTS}}}"
-                        "[$__rate_interval])))",
+                    _quantile(
+                        q,
+                        "commpulse_capture_ack_latency_seconds",
+                        "instance",
                         f"p{int(q * 100)} {{{{instance}}}}",
                     )
                     for q in (0.5, 0.99)
@@ -708,6 +782,7 @@ def build() -> db.Dashboard:
                 "1 while a source delivers data. A down source is retried with backoff; the "
                 "others keep running.",
                 Query(f"commpulse_source_up{{{HOSTS}}}", "{{instance}} {{source}}"),
+                texts=HEALTH,
             )
         )
         .with_panel(

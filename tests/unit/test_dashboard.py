@@ -124,7 +124,8 @@ def test_what_the_issue_asks_to_see_is_there() -> None:
         "instance_device:commpulse_rdma_cnp:rate5m",
         "commpulse_source_up",
         "commpulse_burst_arrivals_per_second",
-        "commpulse_burst_duration_seconds_bucket",
+        "commpulse_burst_duration_window_seconds",
+        "commpulse_burst_size_window_bytes",
         "commpulse_zero_stage",
         "commpulse_collective_latency_ratio",
         "commpulse_pipeline_bubble_ratio",
@@ -135,6 +136,95 @@ def test_what_the_issue_asks_to_see_is_there() -> None:
     steps = d_panel["fieldConfig"]["defaults"]["thresholds"]["steps"]
     assert [s["value"] for s in steps] == [None, 0.5]
     assert d_panel["fieldConfig"]["defaults"]["custom"]["thresholdsStyle"]["mode"] != "off"
+
+
+def _panel(title: str) -> dict[str, Any]:
+    (panel,) = [p for p in _panels() if p["title"] == title]
+    return panel
+
+
+def test_burst_percentiles_are_the_agents_exact_window_percentiles() -> None:
+    """Not histogram_quantile over the burst histograms, whose buckets are 4x (sizes) and
+    2-2.5x (durations) apart: interpolated inside one, a percentile read up to 3.4x off."""
+    exposed = _full_exposition()
+    for title, metric in (
+        ("Burst size p50 / p99", "commpulse_burst_size_window_bytes"),
+        ("Burst duration p50 / p99", "commpulse_burst_duration_window_seconds"),
+    ):
+        exprs = [t["expr"] for t in _panel(title)["targets"]]
+        assert len(exprs) == 2, title
+        for expr in exprs:
+            assert "histogram_quantile" not in expr, title
+            m = re.search(rf'{metric}\{{.*percentile="(\d+)"', expr)
+            assert m is not None, expr
+            # a label value the exporter really writes
+            assert f'{metric}{{percentile="{m[1]}"}}' in exposed, expr
+
+
+def test_message_size_is_the_mean_and_any_quantile_says_it_is_approximate() -> None:
+    targets = _panel("Collective message size")["targets"]
+    (mean,) = [t for t in targets if "histogram_quantile" not in t["expr"]]
+    assert "commpulse_collective_message_bytes_sum" in mean["expr"]
+    assert "commpulse_collective_message_bytes_count" in mean["expr"]
+    assert re.search(r"/ \(sum by \(instance\) \(rate\(\S+_count.*\)\) > 0\)$", mean["expr"])
+    for t in targets:
+        if "histogram_quantile" in t["expr"]:
+            assert "approx" in t["legendFormat"], t
+
+
+def test_every_histogram_quantile_is_left_out_without_new_observations() -> None:
+    """0/0 rates (no call in the window) make histogram_quantile NaN: each is gated on its
+    histogram's _count having grown."""
+    for title, expr in dashboard_queries():
+        for m in re.finditer(
+            r"histogram_quantile\([\d.]+, sum by \(([\w, ]+), le\) \(rate\((\w+)_bucket", expr
+        ):
+            by, histogram = m[1], m[2]
+            guard = f"and on({by}) (sum by ({by}) (rate({histogram}_count"
+            assert guard in expr, f"{title}: {expr}"
+            assert expr.endswith(") > 0)"), f"{title}: {expr}"
+
+
+def test_stat_panels_show_the_current_value_only() -> None:
+    """Instant queries: a stale series (a finished job's D, T, B) leaves the stat panel,
+    where a range query reduced to lastNotNull kept it for the whole time range."""
+    stats = [p for p in _panels() if p["type"] == "stat"]
+    assert {"D: duty cycle", "T: sync period", "B: burst bandwidth"} <= {p["title"] for p in stats}
+    for p in stats:
+        for t in p["targets"]:
+            assert t.get("instant") is True, p["title"]
+            assert not t.get("range"), p["title"]
+
+
+def test_sources_up_shows_a_down_source_in_red() -> None:
+    (mapping,) = _panel("Sources up")["fieldConfig"]["defaults"]["mappings"]
+    options = mapping["options"]
+    assert options["0"]["text"] == "down"
+    assert options["0"]["color"] == "red"
+    assert options["1"]["text"] == "up"
+    assert options["1"]["color"] == "green"
+
+
+def test_units_and_axes_fit_what_the_panels_plot() -> None:
+    assert _panel("V: bytes per step")["fieldConfig"]["defaults"]["unit"] == "decbytes"
+    assert _panel("B: burst bandwidth")["fieldConfig"]["defaults"]["unit"] == "Bps"  # SI too
+    # one query, one name
+    job_t = _panel("Job T")
+    assert [t["expr"].split("{")[0] for t in job_t["targets"]] == [
+        "job_id:commpulse_sync_period_seconds:avg"
+    ]
+    # the excess over the median is signed: no floor at 0
+    straggler = _panel("Stragglers: compute time per step over the job median")
+    assert "min" not in straggler["fieldConfig"]["defaults"]
+    # the 0..1 share gets its own unit and axis beside the counts
+    share = _panel("Share of jobs that are network-bound")
+    (ratio,) = [t for t in share["targets"] if t["expr"].endswith(":ratio")]
+    assert share["fieldConfig"]["defaults"]["unit"] == "short"
+    (override,) = share["fieldConfig"]["overrides"]
+    assert override["matcher"] == {"id": "byFrameRefID", "options": ratio["refId"]}
+    props = {p["id"]: p["value"] for p in override["properties"]}
+    assert props["unit"] == "percentunit"
+    assert props["custom.axisPlacement"] == "right"
 
 
 def test_every_query_parses_with_promtool(tmp_path: Path) -> None:

@@ -237,10 +237,15 @@ _RELABEL = {"sourceLabels", "separator", "targetLabel", "regex", "modulus", "rep
 
 
 def _relabel(labels: dict[str, str], rules: list[Doc]) -> dict[str, str]:
-    """Prometheus relabelling, the replace/keep/drop actions (enough for these manifests)."""
+    """Prometheus relabelling: replace, keep, drop, labeldrop, labelkeep (these manifests')."""
     out = dict(labels)
     for rule in rules:
         action = rule.get("action", "replace").lower()
+        if action in {"labeldrop", "labelkeep"}:
+            pattern = re.compile(rule["regex"])
+            keep = action == "labelkeep"
+            out = {k: v for k, v in out.items() if bool(pattern.fullmatch(k)) == keep}
+            continue
         sources = [out.get(n, "") for n in rule.get("sourceLabels", [])]
         value = rule.get("separator", ";").join(sources)
         m = re.fullmatch(rule.get("regex", "(.*)"), value)
@@ -293,6 +298,55 @@ def test_servicemonitor_scrapes_the_service_every_15s_as_job_commpulse() -> None
     labels = _relabel(target, endpoint["relabelings"])
     assert labels["job"] == "commpulse"  # the alert rules: up{job="commpulse"}
     assert labels["instance"] == "gpu-node-07"
+
+
+#: The target labels prometheus-operator sets for a ServiceMonitor endpoint before the
+#: ServiceMonitor's own relabelings (pkg/prometheus/promcfg.go), for one pod of the DaemonSet.
+_OPERATOR_LABELS = {
+    "job": "commpulse",
+    "instance": "10.1.2.3:19100",
+    "namespace": "commpulse",
+    "service": "commpulse",
+    "pod": "commpulse-7xk2p",
+    "container": "commpulse",
+    "endpoint": "metrics",
+    "__meta_kubernetes_pod_node_name": "gpu-node-07",
+    "__meta_kubernetes_pod_name": "commpulse-7xk2p",
+}
+
+
+def _rule_grouping_labels() -> set[str]:
+    """Every label the shipped rules aggregate or join on (by/without/on/ignoring/group_*)."""
+    doc = yaml.safe_load((ROOT / "deploy" / "prometheus" / "commpulse-rules.yml").read_text())
+    exprs = " ".join(r["expr"] for g in doc["groups"] for r in g["rules"])
+    lists = re.findall(r"\b(?:by|without|on|ignoring|group_left|group_right)\s*\(([^)]*)\)", exprs)
+    return {name.strip() for names in lists for name in names.split(",") if name.strip()}
+
+
+def test_servicemonitor_keeps_series_across_a_rollout() -> None:
+    """A DaemonSet rollout renames each node's pod: the pod label would start every series,
+    and every pending alert's `for:`, afresh. The rules do not use it; it is dropped."""
+    (endpoint,) = _servicemonitor()["spec"]["endpoints"]
+    before = _relabel(_OPERATOR_LABELS, endpoint["relabelings"])
+    after = _relabel(
+        {
+            **_OPERATOR_LABELS,
+            "pod": "commpulse-q9w4d",
+            "__meta_kubernetes_pod_name": "commpulse-q9w4d",
+        },
+        endpoint["relabelings"],
+    )
+    visible = {k: v for k, v in before.items() if not k.startswith("__")}
+    assert visible == {k: v for k, v in after.items() if not k.startswith("__")}
+    assert visible == {
+        "job": "commpulse",
+        "instance": "gpu-node-07",
+        "namespace": "commpulse",
+        "service": "commpulse",
+    }
+    used = _rule_grouping_labels()
+    assert {"instance", "job"} <= used  # the parse found the rules' joins
+    assert not used & {"pod", "container", "endpoint"}, used
 
 
 # --------------------------------------------------------------------------------------------

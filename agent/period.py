@@ -713,7 +713,39 @@ def _lattice_divisor(
             continue
         if min(_peak_mass(lv, k * det.period_s / dt, 2) for k in range(1, m)) >= own - 0.02:
             return det
+        if _coarse_consensus(valid, finest, det):
+            return det
     return None
+
+
+#: Coarser levels that agree on a divisor of the finest level's period overrule it when each
+#: sees this many times its cycles and its z (:func:`_coarse_consensus`).
+CONSENSUS_CYCLES = 3.0
+CONSENSUS_Z = 2.0
+
+
+def _coarse_consensus(
+    valid: list[LevelDetection], finest: LevelDetection, divisor: LevelDetection
+) -> bool:
+    """Whether two coarser levels or more read ``divisor`` far more clearly than the finest does.
+
+    The finest level holds the newest ``level_samples`` only, a few of the multiple's cycles,
+    and its narrow spikes (NCCL calls binned at 5-9 ms, steps no whole number of bins) may
+    line up best at the multiple whatever their peak mass says (FSDP's per-layer calls: 7 T
+    at confidence 0.98 over 4 cycles, where three coarser levels read T over 120 cycles at
+    5-60 times the z). A real outer period shows on the coarser levels too, which then read
+    it, not its divisor.
+    """
+    agree = [
+        d
+        for d in valid
+        if d.level > finest.level
+        and abs(d.period_s / divisor.period_s - 1.0) <= 0.01
+        and d.cycles >= CONSENSUS_CYCLES * finest.cycles
+        and d.z >= CONSENSUS_Z * finest.z
+        and d.comb >= 0.9
+    ]
+    return len(agree) >= 2
 
 
 def _peak_mass(lv: _Level, lag: float, half_width: int = 1) -> float:

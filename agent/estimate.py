@@ -304,7 +304,7 @@ def _direction_period(
         # Heartbeats and management chatter can repeat like clockwork (three keep-alives
         # 2 s apart read as a 2 s "training" period); a job's collectives run far faster.
         return grid, PeriodResult(None, 0.0)
-    return grid, estimate_period(
+    period = estimate_period(
         grid.rate,
         grid.dt,
         t0=grid.t0,
@@ -312,6 +312,27 @@ def _direction_period(
         untimed=spread_slots(grid),
         expected_period_s=expected_period_s,
     )
+    if period.period_s is not None:
+        # A poll of a scrape or a log shipment can pass the peak above at 10 ms polls (a
+        # 200 KB transfer every 10 s read as T = 10 s, confidence 0.98, "training", on an
+        # idle host): the bytes a cycle tell it from a job's, whose collectives move MBs a
+        # step and average MB/s (a tiny MNIST job: 0.4 MB every 50 ms).
+        mean = _mean_rate(grid)
+        per_cycle = mean * period.period_s
+        if mean < MANAGEMENT_SHARE * idle_bytes_per_s and per_cycle < MANAGEMENT_CYCLE_BYTES:
+            note = (
+                f"traffic repeats every {period.period_s:.4g} s but moves only "
+                f"{per_cycle / 1e3:.0f} kB a cycle ({mean / 1e3:.0f} kB/s): management "
+                "traffic (scrapes, heartbeats, log shipping), not a job's collectives"
+            )
+            return grid, PeriodResult(None, 0.0, warnings=(note,))
+    return grid, period
+
+
+#: Periodic traffic under this share of the idle rate on average, and under
+#: ``MANAGEMENT_CYCLE_BYTES`` a cycle, is management traffic, not a job (:func:`_direction_period`).
+MANAGEMENT_SHARE = 0.1
+MANAGEMENT_CYCLE_BYTES = 4e6
 
 
 def _mean_rate(grid: GridSeries) -> float:
@@ -831,12 +852,21 @@ def _call_order(mix: CollectiveMix) -> SequenceStep | None:
     """The step the newest calls' order marks, when the mix carries who made each call."""
     if not mix.call_keys.size == mix.call_times.size == mix.call_processes.size > 0:
         return None
+    times = mix.call_times
+    order: npt.NDArray[np.intp] | slice = slice(None)
+    finite = np.isfinite(times)
+    timed = times[finite]
+    if timed.size > 1 and not bool(np.all(timed[1:] >= timed[:-1])):
+        # Calls of several files (one per process) come file after file: the newest calls
+        # are the newest in time, not the last file's (per-process files of a job whose step
+        # changed read T 2.93 s, the same lines in one file 0.6 s).
+        order = np.flatnonzero(finite)[np.argsort(timed, kind="stable")]
     newest = slice(-MAX_SEQUENCE_CALLS, None)
     return sequence_step(
-        mix.call_times[newest],
-        mix.call_keys[newest],
-        mix.call_bytes[newest],
-        mix.call_processes[newest],
+        times[order][newest],
+        mix.call_keys[order][newest],
+        mix.call_bytes[order][newest],
+        mix.call_processes[order][newest],
         mix.time_resolution_s,
     )
 
@@ -852,7 +882,20 @@ def _log_period(
     if res == 0:
         binned = estimate_period(rate, dt, t0=t0, settings=settings, expected_period_s=expected_s)
         if binned.period_s is None:
-            return binned  # the call order only checks a period (it is not looked at for cost)
+            if not any(d.valid for d in binned.detections):
+                return binned  # nothing repeats: the order is not looked at (its cost)
+            # A period seen but rejected (an evaluation and a checkpoint pause every 100
+            # steps: the binned calls showed their cycle, 3 of them, and no T at all), where
+            # one call comes once a step at steady intervals: that step is T.
+            seq = _call_order(mix)
+            if seq is None or seq.steps < ORDER_MIN_STEPS or seq.interval_cv > STEADY_MARKER_CV:
+                return binned
+            note = (
+                f"T from the calls' order: one call comes every {seq.period_s:.4g} s, at steady "
+                f"intervals over {seq.steps} steps, where the binned calls gave no period "
+                "(pauses between runs of steps: evaluation, checkpoints)"
+            )
+            return _sequence_result(seq, (*binned.warnings, note))
         seq = _call_order(mix)
         return _checked_by_order(binned, seq) if seq is not None else binned
     seq = _call_order(mix)
@@ -1216,6 +1259,9 @@ def estimate(
         spikes=spikes,
     )
     regime = classify_regime(features, idle_bytes_per_s=idle_bytes_per_s)
+    note = _pause_note(t, period, features.step_silence)
+    if note is not None:
+        warnings.append(note)
     if (
         regime == "unknown"
         and grid is not None
@@ -1298,6 +1344,40 @@ TIMED_STEPS = 32
 TIMED_REL_ERROR = 0.02
 #: ... and no interval between them is this many typical (median) intervals long.
 TIMED_LONGEST = 1.75
+
+
+#: A period of this many inner periods or more, ending in a silence this long, whose inner
+#: period is this long or more, may be steps and a regular pause (:func:`_pause_note`).
+PAUSE_NOTE_CYCLES = 8.0
+PAUSE_NOTE_SILENCE_S = 2.0
+PAUSE_NOTE_INNER_S = 0.25
+
+
+def _pause_note(
+    period_s: float | None, period: PeriodResult | None, silence_share: float | None
+) -> str | None:
+    """A note where T may be a run of steps and a regular pause, not one step.
+
+    Trains of bursts with a silence between them are read as one period with the bursts'
+    rhythm inside (a ZeRO-3 step's layers, a pipeline's micro-batches): the traffic alone
+    cannot tell that from steps with an evaluation or a checkpoint every N steps (20 steps
+    of 1 s and an 8 s evaluation read T = 28 s, confidence 0.99). The user can: the note
+    names both readings where the inner rhythm is as slow as steps are and the silence long.
+    """
+    if period_s is None or period is None or silence_share is None:
+        return None
+    inner = period.inner_period_s
+    if inner is None or inner < PAUSE_NOTE_INNER_S or period_s < PAUSE_NOTE_CYCLES * inner:
+        return None
+    silence = silence_share * period_s
+    if silence < PAUSE_NOTE_SILENCE_S:
+        return None
+    return (
+        f"T = {period_s:.4g} s is a run of bursts {inner:.4g} s apart and a {silence:.3g} s "
+        f"silence: if the job pauses regularly (evaluation or checkpoints every "
+        f"{math.ceil((period_s - silence) / inner)} steps), its step is the inner period, "
+        f"{inner:.4g} s"
+    )
 
 
 def timed_confidence(est: Estimate) -> float:

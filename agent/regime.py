@@ -3,7 +3,13 @@
 The rule, in order (evidence: DOMAIN.md's three regimes, and the simulator's scenarios in
 tests/unit/test_regime.py and tests/integration/test_analyze_scenarios.py):
 
-1. **periodic traffic**, whatever its volume (a small job is still a job):
+0. **idle** without collectives when the traffic averages under ``IDLE_SHARE`` of
+   ``idle_bytes_per_s`` (1 MB/s), bursty or not: scrapes, heartbeats and log shipping (a 2 MB
+   scrape every 15 s, read at 10 ms polls, is a burst at 200 MB/s; an inference host's
+   requests average MB/s and more). Periodic traffic that light, and under 4 MB a cycle, has
+   no T at all (``agent.estimate.MANAGEMENT_CYCLE_BYTES``: a 200 KB transfer every 10 s read as
+   T = 10 s, "training", on an idle host).
+1. **periodic traffic**, whatever its volume beyond that (a small job is still a job):
    * with an NCCL log, its collectives decide: **finetune** when most bytes go through
      AllGather/ReduceScatter (ZeRO / FSDP), **training** otherwise (DDP's AllReduce, however
      many buckets; tensor-parallel AllReduce; pipeline Send/Recv);
@@ -57,6 +63,8 @@ REGIMES = ("training", "finetune", "inference", "idle", "unknown")
 #: Below this mean rate a host is idle: management traffic is KB/s to a few MB/s, while a
 #: collective burst train averages hundreds of MB/s or more.
 IDLE_BYTES_PER_S = 10e6
+#: ... and below this share of it, bursty or not, a host without collectives is idle.
+IDLE_SHARE = 0.1
 
 #: Bursts a window must hold before their randomness is evidence of inference: fewer could
 #: still be the first steps of a training job whose period the window cannot show yet.
@@ -120,6 +128,11 @@ def classify_regime(f: RegimeFeatures, *, idle_bytes_per_s: float = IDLE_BYTES_P
         return "finetune" if train and filled else "training"
     no_collectives = f.collective_calls is None or f.collective_calls == 0
     quiet = f.mean_rate is not None and f.mean_rate < idle_bytes_per_s
+    if no_collectives and f.mean_rate is not None and f.mean_rate < IDLE_SHARE * idle_bytes_per_s:
+        # Averaging under 1 MB/s, bursts or not, are scrapes and heartbeats: a 2 MB scrape
+        # every 15 s read at 10 ms polls is a burst at 200 MB/s (an inference host's
+        # requests average tens of MB/s and more).
+        return "idle"
     high = f.bursty and (f.burst_rate is None or f.burst_rate >= idle_bytes_per_s)
     if high and f.bursts >= MIN_APERIODIC_BURSTS:
         return "inference"

@@ -112,6 +112,30 @@ def step_silence(on: npt.NDArray[np.bool_], dt: float, period_s: float) -> float
     return float(np.median(longest)) * dt / period_s
 
 
+def largest_burst_share(
+    rate: FloatArray, on: npt.NDArray[np.bool_], dt: float, period_s: float, off_level: float
+) -> float | None:
+    """The share of the bursts' bytes that the largest burst of each step carries.
+
+    Like :func:`step_silence`, without a phase: a window of K steps holds each step's largest
+    burst among its K largest, whose bytes (above the background) over all the bursts' are the
+    share (None: under 2 steps, or no bytes). A step of one sync burst reads near 1, a DDP
+    step's buckets 0.2-0.9, ZeRO-3 / FSDP's layer trains about one over the layers' calls.
+    """
+    steps = int(on.size * dt / period_s) if period_s > 0 else 0
+    if steps < 2:
+        return None
+    starts, ends = on_runs(on)
+    if starts.size == 0:
+        return None
+    above = np.concatenate(([0.0], np.cumsum(np.clip(np.nan_to_num(rate) - off_level, 0.0, None))))
+    sizes = above[ends] - above[starts]
+    total = float(sizes.sum())
+    if total <= 0:
+        return None
+    return float(np.sort(sizes)[::-1][:steps].sum()) / total
+
+
 def poll_cores(
     polls: PollIntervals,
     lo: float,

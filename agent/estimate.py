@@ -16,7 +16,7 @@ import numpy as np
 import numpy.typing as npt
 
 from agent.alternation import alternates, seen_over_pairs
-from agent.bursts import BurstStats, burst_stats, clear_spikes, step_silence
+from agent.bursts import BurstStats, burst_stats, clear_spikes, largest_burst_share, step_silence
 from agent.call_sequence import SequenceStep, sequence_step
 from agent.period import (
     DetectorSettings,
@@ -495,6 +495,18 @@ def _step_silence(
             return None
         on = np.nan_to_num(steps.rate, nan=-np.inf) >= threshold
     return step_silence(on, steps.dt, period_s)
+
+
+def _largest_share(
+    steps: GridSeries | None, bursts: BurstStats | None, period_s: float | None
+) -> float | None:
+    """:func:`agent.bursts.largest_burst_share` of the steps' bursts (None: not resolved)."""
+    if steps is None or bursts is None or period_s is None or not bursts.has_bursts:
+        return None
+    on = bursts.on_mask
+    if on is None or on.size != steps.rate.size:
+        return None
+    return largest_burst_share(steps.rate, on, steps.dt, period_s, bursts.off_level)
 
 
 def _burst_threshold(bursts: BurstStats, floor: float, *, periodic: bool) -> float | None:
@@ -1248,6 +1260,7 @@ def estimate(
         inner_period=period is not None and period.inner_period_s is not None,
         bursts_per_period=bursts_per_period,
         step_silence=_step_silence(steps_grid, bursts, threshold, t),
+        largest_share=_largest_share(steps_grid, bursts, t),
         bursty=bursts is not None and bursts.has_bursts,
         bursts=bursts.bursts if bursts is not None else 0,
         burst_rate=bursts.on_level if bursts is not None and bursts.has_bursts else None,

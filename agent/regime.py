@@ -18,7 +18,9 @@ tests/unit/test_regime.py and tests/integration/test_analyze_scenarios.py):
      that runs through the whole step: its longest silence is under ``FILLED_STEP_SILENCE``
      of T (ZeRO-3 / FSDP gather each layer's parameters in the forward pass as well as the
      backward: 0.04 of the step on two real FSDP jobs);
-   * **training** otherwise: one (or a few) large synchronous bursts per step, or a train
+   * **training** otherwise: one (or a few) large synchronous bursts per step (also after a
+     train: the largest burst of a step carrying ``DOMINANT_BURST_SHARE`` of its bytes is a
+     data-parallel AllReduce after tensor-, expert- or pipeline-parallel traffic), or a train
      that leaves part of the step silent — DDP's bucketed AllReduces overlap the backward
      pass only, and the forward pass is silent (0.38 of the step on a real job with ten
      buckets, which was called "finetune" before the silence counted).
@@ -74,6 +76,11 @@ MIN_APERIODIC_BURSTS = 8
 #: pass, not ZeRO-3's layer train (real recordings: FSDP 0.04; DDP with 2 MB buckets 0.38;
 #: pipeline stages 0.14-0.6).
 FILLED_STEP_SILENCE = 0.2
+#: A step whose largest burst carries this share of its bytes or more ends in one sync (a
+#: data-parallel gradient AllReduce after tensor-, expert- or pipeline-parallel traffic:
+#: 0.25-0.59 on synthetic jobs), where ZeRO-3 / FSDP's layer trains have none (real FSDP:
+#: 0.11-0.12, every burst a layer's).
+DOMINANT_BURST_SHARE = 0.2
 
 #: Seconds the estimates must say "inference" before the live agent shows it.
 INFERENCE_CONFIRM_S = 10.0
@@ -91,6 +98,9 @@ class RegimeFeatures:
     bursts_per_period: float | None = None
     #: The longest silence of a typical step, as a share of T (agent.bursts.step_silence).
     step_silence: float | None = None
+    #: The share of the bursts' bytes in the largest burst of each step
+    #: (agent.bursts.largest_burst_share).
+    largest_share: float | None = None
     bursty: bool = False
     bursts: int = 0
     #: The bursts' rate (B plus the background, or the on level when B is unresolved).
@@ -125,7 +135,8 @@ def classify_regime(f: RegimeFeatures, *, idle_bytes_per_s: float = IDLE_BYTES_P
             return "finetune" if f.gather_share >= 0.5 else "training"
         train = f.inner_period or (f.bursts_per_period is not None and f.bursts_per_period >= 6)
         filled = f.step_silence is None or f.step_silence < FILLED_STEP_SILENCE
-        return "finetune" if train and filled else "training"
+        synced = f.largest_share is not None and f.largest_share >= DOMINANT_BURST_SHARE
+        return "finetune" if train and filled and not synced else "training"
     no_collectives = f.collective_calls is None or f.collective_calls == 0
     quiet = f.mean_rate is not None and f.mean_rate < idle_bytes_per_s
     if no_collectives and f.mean_rate is not None and f.mean_rate < IDLE_SHARE * idle_bytes_per_s:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
+from agent.bursts import largest_burst_share
 from agent.regime import RegimeFeatures, RegimeGate, classify_regime, collective_shares
 
 
@@ -72,6 +74,34 @@ from agent.regime import RegimeFeatures, RegimeGate, classify_regime, collective
             RegimeFeatures(periodic=False, bursty=True, bursts=20, burst_rate=2e5, mean_rate=1e4),
             "idle",
         ),
+        # ... nor when its bursts reach one (a 2 MB scrape every 15 s read at 10 ms polls).
+        (
+            RegimeFeatures(periodic=False, bursty=True, bursts=20, burst_rate=2e8, mean_rate=2e5),
+            "idle",
+        ),
+        # A train through the step that ends in one large sync burst: a data-parallel AllReduce
+        # after tensor- or expert-parallel traffic is training (synthetic TP+DP: 0.52).
+        (
+            RegimeFeatures(
+                periodic=True,
+                bursts_per_period=33,
+                step_silence=0.05,
+                largest_share=0.52,
+                mean_rate=8e9,
+            ),
+            "training",
+        ),
+        # Real FSDP: every burst a layer's, the largest of each step 0.11 of the bytes.
+        (
+            RegimeFeatures(
+                periodic=True,
+                bursts_per_period=17,
+                step_silence=0.04,
+                largest_share=0.11,
+                mean_rate=8e9,
+            ),
+            "finetune",
+        ),
     ],
 )
 def test_rule(features: RegimeFeatures, regime: str) -> None:
@@ -112,3 +142,21 @@ def test_a_locked_period_keeps_a_periodic_regime() -> None:
     assert gate.update("idle", 1.0, locked=True) == "finetune"
     assert gate.update("inference", 2.0, locked=True) == "finetune"
     assert gate.update("idle", 3.0, locked=False) == "idle"  # the lock is gone: as it reads
+
+
+def test_the_largest_burst_share_tells_one_sync_from_a_train_of_layers() -> None:
+    """Per step: 8 layer bursts of 1 unit and one sync of 8 (share 0.5), or 24 of 1 (1/24)."""
+    dt, steps = 0.01, 10
+    sync = np.zeros(200 * steps)
+    layers = np.zeros(200 * steps)
+    for k in range(steps):
+        base = 200 * k
+        for i in range(8):
+            sync[base + 10 * i : base + 10 * i + 2] = 1e9
+        sync[base + 100 : base + 116] = 1e9
+        for i in range(24):
+            layers[base + 6 * i : base + 6 * i + 2] = 1e9
+    share = largest_burst_share(sync, sync > 0, dt, 2.0, 0.0)
+    assert share == pytest.approx(0.5)
+    share = largest_burst_share(layers, layers > 0, dt, 2.0, 0.0)
+    assert share == pytest.approx(1 / 24)

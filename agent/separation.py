@@ -110,6 +110,31 @@ def gpu_windows(times: FloatArray, gpu: npt.NDArray[np.int64], values: FloatArra
     )
 
 
+def _apart(windows: GpuWindows, t0: float, dt: float, rate: FloatArray) -> str:
+    """Why the GPU and network samples do not meet: their two time spans, and what to check.
+
+    Both are read on one clock as given: a counters file timed from boot (or from 0) beside a
+    GPU file in epoch seconds, or nvidia-smi's local time beside UTC, do not meet, and nothing
+    in the files says which origin is right.
+    """
+    net = (t0, t0 + rate.size * dt)
+    gpu = (float(windows.start.min()), float(windows.end.max())) if windows.start.size else None
+    if gpu is None:
+        return "GPU and network samples do not overlap in time"
+    gap = max(gpu[0] - net[1], net[0] - gpu[1])
+    spans = f"network {net[0]:.3f} to {net[1]:.3f} s, GPU {gpu[0]:.3f} to {gpu[1]:.3f} s"
+    if gap <= 0:
+        return (
+            f"GPU and network samples overlap too little in time ({spans}): D is the network "
+            "on-fraction"
+        )
+    return (
+        f"GPU and network samples do not overlap in time ({spans}, {gap:.3g} s apart): both "
+        "must be on one clock (epoch seconds, or nvidia-smi's timestamps in the same time "
+        "zone); D is the network on-fraction"
+    )
+
+
 def split_duty(
     rate: FloatArray,
     t0: float,
@@ -167,10 +192,7 @@ def split_duty(
     count = csum_k[hi] - csum_k[lo]
     inside = count >= 1
     if int(inside.sum()) < 8:
-        return DutySplit(
-            signal, True, None, None, None, interval,
-            "GPU and network samples do not overlap in time",
-        )  # fmt: skip
+        return DutySplit(signal, True, None, None, None, interval, _apart(windows, t0, dt, rate))
     n = (csum_u[hi] - csum_u[lo])[inside] / count[inside]
     g = windows.value[inside]
     low, busy = two_means(g)

@@ -109,3 +109,20 @@ def test_exposed_communication_is_never_negative() -> None:
     )  # fmt: skip
     assert split.exposed is not None
     assert split.exposed >= 0.0
+
+
+def test_samples_on_two_clocks_name_both_spans() -> None:
+    """Counters timed from boot beside GPU samples in epoch seconds: no split, and the reason
+    gives both time spans and what to fix (it said only "do not overlap in time")."""
+    compute, net = _steps(2.0, 0.6, 0.0)
+    rate = sample_bursts(net, FS, DURATION)
+    t, g, v = _gpu(compute, 0.1)
+    split = split_duty(
+        rate, 523_412.0, 1 / FS, 0.0, 1.0, gpu_windows(t + 1.79666e9, g, v),
+        signal="sm_active", shortest_phase_s=0.6,
+    )  # fmt: skip
+    assert split.exposed is None
+    assert split.reason is not None
+    assert "network 523412.000 to 523472.000 s" in split.reason
+    assert "GPU 1796660000.000" in split.reason
+    assert "one clock" in split.reason

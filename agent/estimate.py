@@ -1272,7 +1272,10 @@ def estimate(
         spikes=spikes,
     )
     regime = classify_regime(features, idle_bytes_per_s=idle_bytes_per_s)
-    note = _pause_note(t, period, features.step_silence)
+    silence = features.step_silence
+    if silence is None and grid is None and mix is not None and t is not None:
+        silence = _calls_silence(mix.call_times, mix.call_bytes, t)
+    note = _pause_note(t, period, silence)
     if note is not None:
         warnings.append(note)
     if (
@@ -1364,6 +1367,27 @@ TIMED_LONGEST = 1.75
 PAUSE_NOTE_CYCLES = 8.0
 PAUSE_NOTE_SILENCE_S = 2.0
 PAUSE_NOTE_INNER_S = 0.25
+
+
+def _calls_silence(times: FloatArray, sizes: FloatArray, period_s: float) -> float | None:
+    """The longest silence between calls of a typical period, as a share of it.
+
+    :func:`agent.bursts.step_silence` for an NCCL log: a window of K periods holds each one's
+    longest gap between calls among its K longest gaps, whose median is the typical one.
+    Calls of under 1 % of the median size are no traffic (an evaluation's metric AllReduces
+    of one float, a barrier).
+    """
+    keep = np.isfinite(times)
+    if sizes.size == times.size and bool(np.isfinite(sizes).all()) and sizes.size:
+        keep &= sizes >= 0.01 * float(np.median(sizes))
+    timed = np.sort(times[keep])
+    if timed.size < 2:
+        return None
+    steps = int((timed[-1] - timed[0]) / period_s)
+    if steps < 2:
+        return None
+    gaps = np.sort(np.diff(timed))[::-1][:steps]
+    return float(np.median(gaps)) / period_s
 
 
 def _pause_note(

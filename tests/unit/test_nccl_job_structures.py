@@ -140,3 +140,24 @@ def test_steps_between_pauses_are_timed_by_their_calls(tmp_path: Path) -> None:
     est = analyze_files(nccl_logs=job.write(tmp_path, per_process=False)).estimate
     assert est.period_s == pytest.approx(0.5, rel=0.01)
     assert any("T from the calls' order" in w for w in est.warnings)
+
+
+def test_steps_with_a_regular_evaluation_name_both_readings(tmp_path: Path) -> None:
+    """A 6 s evaluation every 100 steps of 0.5 s, no checkpoint: the log repeats every 56 s
+    with the steps inside, as a step of layer trains does. T stays 56 s, and the note names
+    the steps as the step of a job that pauses (the evaluation's one-float metric AllReduces
+    are no traffic)."""
+    job, t = _Job(8, seed=8), 1.0
+    for s in range(600):
+        _ddp(job, t, 0.14, 0.28)
+        t += 0.5
+        if (s + 1) % 100 == 0:
+            for k in range(24):
+                for rank in range(8):
+                    job.call(t + 0.1 + 0.25 * k, rank, "AllReduce", 1, "dp", 16)
+            t += 6.0
+    est = analyze_files(nccl_logs=job.write(tmp_path, per_process=False)).estimate
+    assert est.period_s == pytest.approx(56.0, rel=0.01)
+    assert est.inner_period_s == pytest.approx(0.5, rel=0.01)
+    note = next(w for w in est.warnings if "pauses regularly" in w)
+    assert "every 100 steps" in note

@@ -719,7 +719,8 @@ def _lattice_divisor(
 
 
 #: Coarser levels that agree on a divisor of the finest level's period overrule it when each
-#: sees this many times its cycles and its z (:func:`_coarse_consensus`).
+#: sees this many times its cycles, and the clearest one this many times its z
+#: (:func:`_coarse_consensus`).
 CONSENSUS_CYCLES = 3.0
 CONSENSUS_Z = 2.0
 
@@ -727,7 +728,7 @@ CONSENSUS_Z = 2.0
 def _coarse_consensus(
     valid: list[LevelDetection], finest: LevelDetection, divisor: LevelDetection
 ) -> bool:
-    """Whether two coarser levels or more read ``divisor`` far more clearly than the finest does.
+    """Whether two coarser levels or more read ``divisor`` more clearly than the finest does.
 
     The finest level holds the newest ``level_samples`` only, a few of the multiple's cycles,
     and its narrow spikes (NCCL calls binned at 5-9 ms, steps no whole number of bins) may
@@ -742,10 +743,9 @@ def _coarse_consensus(
         if d.level > finest.level
         and abs(d.period_s / divisor.period_s - 1.0) <= 0.01
         and d.cycles >= CONSENSUS_CYCLES * finest.cycles
-        and d.z >= CONSENSUS_Z * finest.z
         and d.comb >= 0.9
     ]
-    return len(agree) >= 2
+    return len(agree) >= 2 and max(d.z for d in agree) >= CONSENSUS_Z * finest.z
 
 
 def _peak_mass(lv: _Level, lag: float, half_width: int = 1) -> float:

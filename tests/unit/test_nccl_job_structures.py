@@ -7,6 +7,7 @@ NCCL_DEBUG_TIMESTAMP_LEVELS), one process per rank, as a job of that structure w
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -78,11 +79,37 @@ def _fsdp(step_s: float, steps: int, layers: int, ranks: int = 8) -> _Job:
     return job
 
 
-def test_per_layer_calls_read_the_step_not_a_multiple(tmp_path: Path) -> None:
-    """Binned at ~9 ms, a 2.4 s step is no whole number of bins; the finest level's narrow
-    spikes lined up best at 7 steps (T = 16.8 s at confidence 0.98), while three coarser
-    levels read 2.4 s over 120 cycles at 5-60 times the z."""
-    logs = _fsdp(2.4, 120, 32).write(tmp_path, per_process=False)
+def _fsdp_scaled(step_s: float, steps: int, layers: int, ranks: int = 8) -> _Job:
+    """The same with the passes scaled to the step: forward over its first 30 %, backward
+    from 32 % over 60 %."""
+    job = _Job(ranks)
+    shard = 218_000_000 // 8
+    for s in range(steps):
+        ts = 1.0 + s * step_s
+        for rank in range(ranks):
+            jit = job.rng.normal(0.0, 5e-4, 4 * layers)
+            for i in range(layers):
+                job.call(ts + 0.02 + i * 0.3 * step_s / layers + jit[i], rank, "AllGather",
+                         shard, "shard", 8)  # fmt: skip
+            for k in range(layers):
+                tb = ts + 0.32 * step_s + k * 0.6 * step_s / layers
+                job.call(tb + jit[layers + k], rank, "AllGather", shard, "shard", 8)
+                job.call(tb + 0.3 * step_s / layers + jit[2 * layers + k], rank,
+                         "ReduceScatter", shard, "shard", 8)  # fmt: skip
+                job.call(tb + 0.35 * step_s / layers + jit[3 * layers + k], rank, "AllReduce",
+                         shard, f"repl{rank}", 4)  # fmt: skip
+    return job
+
+
+@pytest.mark.parametrize("make", [_fsdp, _fsdp_scaled])
+@pytest.mark.parametrize("layers", [8, 32])
+def test_per_layer_calls_read_the_step_not_a_multiple(
+    tmp_path: Path, layers: int, make: Callable[[float, int, int], _Job]
+) -> None:
+    """Binned at ~9 ms, a 2.4 s step is no whole number of bins; the finest levels' narrow
+    spikes lined up best at 3 or 7 steps (T = 7.2 s or 16.8 s at confidence 0.98-1.0), while
+    two or three coarser levels read 2.4 s over 120 cycles, one of them at 5-60 times the z."""
+    logs = make(2.4, 120, layers).write(tmp_path, per_process=False)
     est = analyze_files(nccl_logs=logs).estimate
     assert est.period_s == pytest.approx(2.4, rel=0.01)
     assert est.confidence >= 0.5

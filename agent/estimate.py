@@ -139,6 +139,10 @@ class Estimate:
     #: Mean rate over the second half of the time since the last burst (None: no burst).
     quiet_bandwidth: float | None = None
     gpu_activity: float | None = None
+    #: Every GPU signal's mean over the window, (signal, mean), the best one's included: a
+    #: hang reads high on util and gr_engine_active only (NCCL's spin), so the alert needs
+    #: them beside a best signal that cannot see it (tensor_active).
+    gpu_activities: tuple[tuple[str, float], ...] = ()
     bursts_per_period: float | None = None
     burst_resolved: bool = False
     period_cycles: float = 0.0
@@ -549,20 +553,26 @@ def _last_burst_end(
     )
 
 
-def _gpu_activity(gpu: GpuSamples | None) -> tuple[str | None, float | None]:
-    """The best GPU signal and its mean over the window (0..1), bursts or not.
+def _gpu_activity(
+    gpu: GpuSamples | None,
+) -> tuple[str | None, float | None, tuple[tuple[str, float], ...]]:
+    """The best GPU signal, its mean over the window (0..1), and every signal's mean.
 
-    A job hung in a collective keeps its GPUs busy (NCCL kernels spin) while the network is
-    silent; a finished job leaves them idle: this tells the two apart.
+    Means over the whole window, bursts or not. A job hung in a collective keeps its GPUs
+    busy (NCCL kernels spin) while the network is silent; a finished job leaves them idle:
+    this tells the two apart.
     """
     if gpu is None:
-        return None, None
+        return None, None, ()
+    means: dict[str, float] = {}
+    for signal, values in sorted(gpu.signals.items()):
+        finite = values[np.isfinite(values)]
+        if finite.size:
+            means[signal] = float(finite.mean())
     name = best_signal(set(gpu.signals))
     if name is None:
-        return None, None
-    values = gpu.signals[name]
-    finite = values[np.isfinite(values)]
-    return name, (float(finite.mean()) if finite.size else None)
+        return None, None, tuple(means.items())
+    return name, means.get(name), tuple(means.items())
 
 
 def whole_periods(grid: GridSeries, period: PeriodResult) -> GridSeries:
@@ -1211,7 +1221,7 @@ def estimate(
         )
 
     split: DutySplit | None = None
-    gpu_signal, activity = _gpu_activity(inputs.gpu)
+    gpu_signal, activity, activities = _gpu_activity(inputs.gpu)
     if (
         inputs.gpu is not None
         and gpu_signal is not None
@@ -1337,6 +1347,7 @@ def estimate(
         burst_threshold=threshold,
         quiet_bandwidth=quiet_bandwidth,
         gpu_activity=activity,
+        gpu_activities=activities,
         bursts_per_period=bursts_per_period,
         burst_resolved=bool(bursts is not None and bursts.resolved),
         # Periods the estimate covers (the detector's own count is of one pyramid level's

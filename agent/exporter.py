@@ -105,14 +105,19 @@ class SnapshotCollector(Collector):
                    "was computed over.", est.window_s),
         ]  # fmt: skip
         yield from _known(*families)
+        activities = dict(est.gpu_activities)
         if est.gpu_activity is not None and est.gpu_signal is not None:
+            activities[est.gpu_signal] = est.gpu_activity
+        if activities:
             activity = GaugeMetricFamily(
                 "commpulse_gpu_activity_ratio",
-                "Mean of the best GPU activity signal over the window, bursts or not (util "
-                "counts spinning NCCL kernels as busy: a hung collective keeps it high).",
+                "Mean of each GPU activity signal the host has over the window, bursts or not "
+                "(util and gr_engine_active count spinning NCCL kernels as busy: a hung "
+                "collective keeps them high; sm_active reads the few SMs NCCL spins on).",
                 labels=["signal"],
             )
-            activity.add_metric([est.gpu_signal], est.gpu_activity)
+            for signal, value in sorted(activities.items()):
+                activity.add_metric([signal], value)
             yield activity
         regime = GaugeMetricFamily(
             "commpulse_workload_regime",

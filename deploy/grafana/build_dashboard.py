@@ -437,7 +437,7 @@ def build() -> db.Dashboard:
                 "GPU compute vs communication",
                 "Fractions of time: GPUs computing, communication hidden by compute "
                 "(overlapped) and communication the GPUs wait for (exposed). Needs an SM- or "
-                "tensor-activity signal; GPU activity is the raw mean of the best signal.",
+                "tensor-activity signal; GPU activity is the raw mean of each signal the host has.",
                 [
                     Query(f"commpulse_gpu_compute_ratio{{{HOSTS}}}", "compute {{instance}}"),
                     Query(f"commpulse_overlapped_comm_ratio{{{HOSTS}}}", "overlapped {{instance}}"),

@@ -6,9 +6,10 @@ import math
 import subprocess
 
 import numpy as np
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from agent.estimate import Estimate
+from agent.estimate import Estimate, EstimateInputs, GpuSamples, estimate
 from agent.pipeline import Snapshot, SourceHealth
 from collectors._base import CallBatch
 from tests.conftest import exposition, require_component
@@ -118,6 +119,21 @@ def test_job_identity_and_last_burst_are_exported_for_the_fleet_rules() -> None:
     assert s[("commpulse_job_info", key)] == 1.0
     assert s[("commpulse_last_burst_timestamp_seconds", ())] == 1_799_999_998.5
     assert s[("commpulse_gpu_activity_ratio", (("signal", "sm_active"),))] == 0.62
+
+
+def test_every_gpu_signal_is_exported_for_the_hang_alert() -> None:
+    """tensor_active is the best signal for D, but reads ~0 in a hang as after the job's end;
+    util and gr_engine_active read NCCL's spin: all go out, so that CommpulseJobStalled sees
+    a hang on a host whose best signal cannot (it exported the best one only)."""
+    est = _estimate(
+        gpu_signal="tensor_active",
+        gpu_activity=0.01,
+        gpu_activities=(("gr_engine_active", 0.97), ("tensor_active", 0.01), ("util", 1.0)),
+    )
+    s = _samples(_snapshot_exposition(estimate=est))
+    assert s[("commpulse_gpu_activity_ratio", (("signal", "tensor_active"),))] == 0.01
+    assert s[("commpulse_gpu_activity_ratio", (("signal", "gr_engine_active"),))] == 0.97
+    assert s[("commpulse_gpu_activity_ratio", (("signal", "util"),))] == 1.0
 
 
 def test_no_job_and_no_burst_yet_export_nothing_rather_than_a_fake_value() -> None:
@@ -275,3 +291,15 @@ def test_unknown_regime_parameters_are_absent_not_zero() -> None:
         "commpulse_burst_size_bytes",
     ):
         assert name not in text  # fmt: skip
+
+
+def test_the_estimate_keeps_every_gpu_signals_mean() -> None:
+    times = np.arange(0.0, 10.0, 0.1)
+    gpu = GpuSamples(
+        times=times,
+        gpu=np.zeros(times.size, dtype=np.int64),
+        signals={"tensor_active": np.full(times.size, 0.02), "util": np.full(times.size, 0.99)},
+    )
+    est = estimate(EstimateInputs(gpu=gpu))
+    assert est.gpu_signal == "tensor_active"
+    assert dict(est.gpu_activities) == pytest.approx({"tensor_active": 0.02, "util": 0.99})

@@ -23,9 +23,15 @@ from agent.simulator.schedule import (
     Schedule,
     build_schedule,
 )
-from collectors._base import CollectiveCall, CounterReading, Emit, GpuReading
+from collectors._base import CollectiveCall, CounterReading, DeviceInfo, Emit, GpuReading
 
-__all__ = ["SimulatedCollectives", "SimulatedCounters", "SimulatedGpu", "SimulatedJob"]
+__all__ = [
+    "SimulatedCollectives",
+    "SimulatedCounters",
+    "SimulatedGpu",
+    "SimulatedJob",
+    "link_speed_for",
+]
 
 _PER_RANK_OPS = frozenset({"AllGather", "ReduceScatter", "AlltoAll"})
 
@@ -58,6 +64,21 @@ class SimulatedJob:
         return lap, t - lap * self.horizon_s
 
 
+#: Ethernet and InfiniBand link rates, Gb/s.
+LINK_RATES_GBPS = (10, 25, 40, 50, 100, 200, 400, 800, 1600)
+
+
+def link_speed_for(burst_bytes_per_s: float) -> float:
+    """The slowest standard link rate (bytes/s) that ``burst_bytes_per_s`` fills 90 % at most.
+
+    A collective's bursts rarely fill the link: the demo's NICs look like a real host's.
+    """
+    for gbps in LINK_RATES_GBPS:
+        if burst_bytes_per_s <= 0.9 * gbps * 1e9 / 8:
+            return gbps * 1e9 / 8
+    return burst_bytes_per_s / 0.9
+
+
 class SimulatedCounters:
     """Cumulative tx/rx counters of every local NIC, polled at ``poll_hz``."""
 
@@ -80,6 +101,10 @@ class SimulatedCounters:
     async def run(self, emit: Emit) -> None:
         """Poll on absolute deadlines until cancelled."""
         p = self._job.schedule.params
+        # Each NIC as a real source describes it: up, at the standard rate of the job's B.
+        speed = link_speed_for(p.bandwidth)
+        for r in range(p.local_ranks):
+            emit(DeviceInfo(f"sim{r}", "netdev", "Ethernet", speed_bytes_per_s=speed, state="up"))
         mean = p.background_fraction * p.bandwidth
         sigma = p.noise_fraction * p.bandwidth
         ticker = Ticker(self._clock, self._dt)

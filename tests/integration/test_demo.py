@@ -70,6 +70,10 @@ def test_demo_serves_metrics_that_converge_within_30_seconds() -> None:
         assert converged_at <= 30.0
         assert last["commpulse_source_up|source=simulated_counters"] == 1.0
         assert last["commpulse_discarded_samples_total|source=simulated_counters"] == 0.0
+        # The simulated NIC has a link rate, as a real one: the dashboard's link panels and
+        # the BurstBandwidthLow alert have something to show (25 GB/s bursts: a 400 Gb/s link).
+        speed = "commpulse_device_link_speed_bytes_per_second|device=sim0|port=|source="
+        assert last[speed + "simulated_counters"] == 50e9
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=10) == 0
 

@@ -817,6 +817,11 @@ ORDER_MIN_STEPS = 16
 ORDER_SAME = 0.03
 
 
+def _steady_marker(seq: SequenceStep) -> bool:
+    """Whether a call order's marker times enough steps, steadily enough, to give T."""
+    return seq.steps >= ORDER_MIN_STEPS and seq.interval_cv <= STEADY_MARKER_CV
+
+
 def _checked_by_order(timed: PeriodResult, seq: SequenceStep) -> PeriodResult:
     """The binned calls' period, unless the calls' order says it is a multiple or a fraction.
 
@@ -828,7 +833,7 @@ def _checked_by_order(timed: PeriodResult, seq: SequenceStep) -> PeriodResult:
     step over identical micro-steps marks the micro-step), the marker's step is T.
     """
     t = timed.period_s
-    if t is None or seq.steps < ORDER_MIN_STEPS or seq.interval_cv > STEADY_MARKER_CV:
+    if t is None or not _steady_marker(seq):
         return timed
     step = seq.period_s
     if abs(t / step - 1.0) <= ORDER_SAME:
@@ -910,7 +915,7 @@ def _log_period(
             # steps: the binned calls showed their cycle, 3 of them, and no T at all), where
             # one call comes once a step at steady intervals: that step is T.
             seq = _call_order(mix)
-            if seq is None or seq.steps < ORDER_MIN_STEPS or seq.interval_cv > STEADY_MARKER_CV:
+            if seq is None or not _steady_marker(seq):
                 return binned
             note = (
                 f"T from the calls' order: one call comes every {seq.period_s:.4g} s, at steady "

@@ -144,11 +144,9 @@ def test_files_of_several_processes_read_the_newest_steps(tmp_path: Path) -> Non
     assert per.period_s == pytest.approx(0.6, rel=0.01)
 
 
-def test_steps_between_pauses_are_timed_by_their_calls(tmp_path: Path) -> None:
-    """0.5 s steps, a 6 s evaluation (metric AllReduces) every 100 steps and a 10 s checkpoint
-    between two barriers every 200: the binned calls repeat at the pauses' cycle, three cycles
-    in the log, too few to call it a period, and no T was given; one call comes once a step,
-    steadily: that step is T."""
+def _paused(*, checkpoints: bool) -> _Job:
+    """600 DDP steps of 0.5 s, a 6 s evaluation (24 one-float metric AllReduces) every 100
+    and, with ``checkpoints``, a 10 s checkpoint between two barriers every 200."""
     job, t = _Job(8, seed=8), 1.0
     for s in range(600):
         _ddp(job, t, 0.14, 0.28)
@@ -158,31 +156,30 @@ def test_steps_between_pauses_are_timed_by_their_calls(tmp_path: Path) -> None:
                 for rank in range(8):
                     job.call(t + 0.1 + 0.25 * k, rank, "AllReduce", 1, "dp", 16)
             t += 6.0
-        if (s + 1) % 200 == 0:
+        if checkpoints and (s + 1) % 200 == 0:
             for rank in range(8):
                 job.call(t + 0.01 * rank, rank, "AllReduce", 1, "dp", 16)
             t += 10.0
             for rank in range(8):
                 job.call(t - 0.05 + 0.001 * rank, rank, "AllReduce", 1, "dp", 16)
+    return job
+
+
+def test_steps_between_pauses_are_timed_by_their_calls(tmp_path: Path) -> None:
+    """Evaluations and checkpoints: the binned calls repeat at the pauses' cycle, three
+    cycles in the log, too few to call it a period, and no T was given; one call comes once
+    a step, steadily: that step is T."""
+    job = _paused(checkpoints=True)
     est = analyze_files(nccl_logs=job.write(tmp_path, per_process=False)).estimate
     assert est.period_s == pytest.approx(0.5, rel=0.01)
     assert any("T from the calls' order" in w for w in est.warnings)
 
 
 def test_steps_with_a_regular_evaluation_name_both_readings(tmp_path: Path) -> None:
-    """A 6 s evaluation every 100 steps of 0.5 s, no checkpoint: the log repeats every 56 s
-    with the steps inside, as a step of layer trains does. T stays 56 s, and the note names
-    the steps as the step of a job that pauses (the evaluation's one-float metric AllReduces
-    are no traffic)."""
-    job, t = _Job(8, seed=8), 1.0
-    for s in range(600):
-        _ddp(job, t, 0.14, 0.28)
-        t += 0.5
-        if (s + 1) % 100 == 0:
-            for k in range(24):
-                for rank in range(8):
-                    job.call(t + 0.1 + 0.25 * k, rank, "AllReduce", 1, "dp", 16)
-            t += 6.0
+    """Evaluations only: the log repeats every 56 s with the steps inside, as a step of layer
+    trains does. T stays 56 s, and the note names the steps as the step of a job that pauses
+    (the evaluation's one-float metric AllReduces are no traffic)."""
+    job = _paused(checkpoints=False)
     est = analyze_files(nccl_logs=job.write(tmp_path, per_process=False)).estimate
     assert est.period_s == pytest.approx(56.0, rel=0.01)
     assert est.inner_period_s == pytest.approx(0.5, rel=0.01)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -56,7 +57,36 @@ class _Job:
         return paths
 
 
-def _fsdp(step_s: float, steps: int, layers: int, ranks: int = 8) -> _Job:
+@dataclass(frozen=True)
+class _Passes:
+    """Where a step's passes sit, in seconds from its start: forward calls from 0.02 s every
+    ``forward_gap``; backward calls from ``backward_at`` every ``backward_gap``, each layer's
+    ReduceScatter and AllReduce ``rs_after`` and ``ar_after`` after its AllGather."""
+
+    forward_gap: float
+    backward_at: float
+    backward_gap: float
+    rs_after: float
+    ar_after: float
+
+
+def _fixed(step_s: float, layers: int) -> _Passes:
+    """Passes of fixed length (0.7 s forward, 1.45 s backward from 0.75 s)."""
+    return _Passes(0.7 / layers, 0.75, 1.45 / layers, 0.030, 0.035)
+
+
+def _scaled(step_s: float, layers: int) -> _Passes:
+    """Passes scaled to the step: forward over its first 30 %, backward from 32 % over 60 %."""
+    return _Passes(
+        0.3 * step_s / layers,
+        0.32 * step_s,
+        0.6 * step_s / layers,
+        0.3 * step_s / layers,
+        0.35 * step_s / layers,
+    )
+
+
+def _fsdp(step_s: float, steps: int, layers: int, passes: _Passes, ranks: int = 8) -> _Job:
     """FSDP hybrid shard: a layer's AllGather in the forward pass, AllGather, ReduceScatter
     (8-rank shard group) and the shard's AllReduce (4-node replica group) in the backward
     one; exact steps, calls jittered by 0.5 ms."""
@@ -67,49 +97,27 @@ def _fsdp(step_s: float, steps: int, layers: int, ranks: int = 8) -> _Job:
         for rank in range(ranks):
             jit = job.rng.normal(0.0, 5e-4, 4 * layers)
             for i in range(layers):
-                job.call(ts + 0.02 + i * 0.7 / layers + jit[i], rank, "AllGather", shard,
-                         "shard", 8)  # fmt: skip
-            for k in range(layers):
-                tb = ts + 0.75 + k * 1.45 / layers
-                job.call(tb + jit[layers + k], rank, "AllGather", shard, "shard", 8)
-                job.call(tb + 0.030 + jit[2 * layers + k], rank, "ReduceScatter", shard,
-                         "shard", 8)  # fmt: skip
-                job.call(tb + 0.035 + jit[3 * layers + k], rank, "AllReduce", shard,
-                         f"repl{rank}", 4)  # fmt: skip
-    return job
-
-
-def _fsdp_scaled(step_s: float, steps: int, layers: int, ranks: int = 8) -> _Job:
-    """The same with the passes scaled to the step: forward over its first 30 %, backward
-    from 32 % over 60 %."""
-    job = _Job(ranks)
-    shard = 218_000_000 // 8
-    for s in range(steps):
-        ts = 1.0 + s * step_s
-        for rank in range(ranks):
-            jit = job.rng.normal(0.0, 5e-4, 4 * layers)
-            for i in range(layers):
-                job.call(ts + 0.02 + i * 0.3 * step_s / layers + jit[i], rank, "AllGather",
+                job.call(ts + 0.02 + i * passes.forward_gap + jit[i], rank, "AllGather",
                          shard, "shard", 8)  # fmt: skip
             for k in range(layers):
-                tb = ts + 0.32 * step_s + k * 0.6 * step_s / layers
+                tb = ts + passes.backward_at + k * passes.backward_gap
                 job.call(tb + jit[layers + k], rank, "AllGather", shard, "shard", 8)
-                job.call(tb + 0.3 * step_s / layers + jit[2 * layers + k], rank,
-                         "ReduceScatter", shard, "shard", 8)  # fmt: skip
-                job.call(tb + 0.35 * step_s / layers + jit[3 * layers + k], rank, "AllReduce",
+                job.call(tb + passes.rs_after + jit[2 * layers + k], rank, "ReduceScatter",
+                         shard, "shard", 8)  # fmt: skip
+                job.call(tb + passes.ar_after + jit[3 * layers + k], rank, "AllReduce",
                          shard, f"repl{rank}", 4)  # fmt: skip
     return job
 
 
-@pytest.mark.parametrize("make", [_fsdp, _fsdp_scaled])
+@pytest.mark.parametrize("passes", [_fixed, _scaled])
 @pytest.mark.parametrize("layers", [8, 32])
 def test_per_layer_calls_read_the_step_not_a_multiple(
-    tmp_path: Path, layers: int, make: Callable[[float, int, int], _Job]
+    tmp_path: Path, layers: int, passes: Callable[[float, int], _Passes]
 ) -> None:
     """Binned at ~9 ms, a 2.4 s step is no whole number of bins; the finest levels' narrow
     spikes lined up best at 3 or 7 steps (T = 7.2 s or 16.8 s at confidence 0.98-1.0), while
     two or three coarser levels read 2.4 s over 120 cycles, one of them at 5-60 times the z."""
-    logs = make(2.4, 120, layers).write(tmp_path, per_process=False)
+    logs = _fsdp(2.4, 120, layers, passes(2.4, layers)).write(tmp_path, per_process=False)
     est = analyze_files(nccl_logs=logs).estimate
     assert est.period_s == pytest.approx(2.4, rel=0.01)
     assert est.confidence >= 0.5

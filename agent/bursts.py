@@ -106,10 +106,19 @@ def step_silence(on: npt.NDArray[np.bool_], dt: float, period_s: float) -> float
     if steps < 2:
         return None
     starts, ends = on_runs(~on)
+    return typical_longest((ends - starts).astype(np.float64), steps) * dt / period_s
+
+
+def typical_longest(lengths: FloatArray, steps: int) -> float:
+    """The typical step's longest of ``lengths`` (silences), without knowing the steps' phase.
+
+    A window of ``steps`` whole steps holds each step's longest among the ``steps`` longest:
+    their median (a step with none counts 0).
+    """
     longest = np.zeros(steps)
-    runs = np.sort(ends - starts)[::-1][:steps]
+    runs = np.sort(lengths)[::-1][:steps]
     longest[: runs.size] = runs
-    return float(np.median(longest)) * dt / period_s
+    return float(np.median(longest))
 
 
 def largest_burst_share(

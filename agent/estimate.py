@@ -16,7 +16,14 @@ import numpy as np
 import numpy.typing as npt
 
 from agent.alternation import alternates, seen_over_pairs
-from agent.bursts import BurstStats, burst_stats, clear_spikes, largest_burst_share, step_silence
+from agent.bursts import (
+    BurstStats,
+    burst_stats,
+    clear_spikes,
+    largest_burst_share,
+    step_silence,
+    typical_longest,
+)
 from agent.call_sequence import SequenceStep, sequence_step
 from agent.period import (
     DetectorSettings,
@@ -830,11 +837,21 @@ def _checked_by_order(timed: PeriodResult, seq: SequenceStep) -> PeriodResult:
     call order is exact: one call comes once a step (:mod:`agent.call_sequence`), at steady
     intervals. When the binned period is 1/k or k times that step (k = 2..8), no call comes
     once per binned period, and the binned result found no inner period there (a grad-accum
-    step over identical micro-steps marks the micro-step), the marker's step is T.
+    step over identical micro-steps marks the micro-step), the marker's step is T. So is it
+    where the binned calls gave no period (the caller passes only a result that saw one).
     """
     t = timed.period_s
-    if t is None or not _steady_marker(seq):
+    if not _steady_marker(seq):
         return timed
+    if t is None:
+        # A period seen but rejected (an evaluation and a checkpoint pause every 100 steps:
+        # the binned calls showed their cycle, 3 of them, and no T at all).
+        note = (
+            f"T from the calls' order: one call comes every {seq.period_s:.4g} s, at steady "
+            f"intervals over {seq.steps} steps, where the binned calls gave no period "
+            "(pauses between runs of steps: evaluation, checkpoints)"
+        )
+        return _sequence_result(seq, (*timed.warnings, note))
     step = seq.period_s
     if abs(t / step - 1.0) <= ORDER_SAME:
         # The same period, which the marker times from the calls' own times over every step
@@ -908,21 +925,8 @@ def _log_period(
     rate, dt, t0 = series
     if res == 0:
         binned = estimate_period(rate, dt, t0=t0, settings=settings, expected_period_s=expected_s)
-        if binned.period_s is None:
-            if not any(d.valid for d in binned.detections):
-                return binned  # nothing repeats: the order is not looked at (its cost)
-            # A period seen but rejected (an evaluation and a checkpoint pause every 100
-            # steps: the binned calls showed their cycle, 3 of them, and no T at all), where
-            # one call comes once a step at steady intervals: that step is T.
-            seq = _call_order(mix)
-            if seq is None or not _steady_marker(seq):
-                return binned
-            note = (
-                f"T from the calls' order: one call comes every {seq.period_s:.4g} s, at steady "
-                f"intervals over {seq.steps} steps, where the binned calls gave no period "
-                "(pauses between runs of steps: evaluation, checkpoints)"
-            )
-            return _sequence_result(seq, (*binned.warnings, note))
+        if binned.period_s is None and not any(d.valid for d in binned.detections):
+            return binned  # nothing repeats: the order is not looked at (its cost)
         seq = _call_order(mix)
         return _checked_by_order(binned, seq) if seq is not None else binned
     seq = _call_order(mix)
@@ -1388,8 +1392,7 @@ PAUSE_NOTE_INNER_S = 0.25
 def _calls_silence(times: FloatArray, sizes: FloatArray, period_s: float) -> float | None:
     """The longest silence between calls of a typical period, as a share of it.
 
-    :func:`agent.bursts.step_silence` for an NCCL log: a window of K periods holds each one's
-    longest gap between calls among its K longest gaps, whose median is the typical one.
+    :func:`agent.bursts.step_silence` for an NCCL log, over the gaps between calls.
     Calls of under 1 % of the median size are no traffic (an evaluation's metric AllReduces
     of one float, a barrier).
     """
@@ -1402,8 +1405,7 @@ def _calls_silence(times: FloatArray, sizes: FloatArray, period_s: float) -> flo
     steps = int((timed[-1] - timed[0]) / period_s)
     if steps < 2:
         return None
-    gaps = np.sort(np.diff(timed))[::-1][:steps]
-    return float(np.median(gaps)) / period_s
+    return typical_longest(np.diff(timed), steps) / period_s
 
 
 def _pause_note(

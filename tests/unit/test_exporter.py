@@ -6,10 +6,9 @@ import math
 import subprocess
 
 import numpy as np
-import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from agent.estimate import Estimate, EstimateInputs, GpuSamples, estimate
+from agent.estimate import Estimate
 from agent.pipeline import Snapshot, SourceHealth
 from collectors._base import CallBatch
 from tests.conftest import exposition, require_component
@@ -291,15 +290,3 @@ def test_unknown_regime_parameters_are_absent_not_zero() -> None:
         "commpulse_burst_size_bytes",
     ):
         assert name not in text  # fmt: skip
-
-
-def test_the_estimate_keeps_every_gpu_signals_mean() -> None:
-    times = np.arange(0.0, 10.0, 0.1)
-    gpu = GpuSamples(
-        times=times,
-        gpu=np.zeros(times.size, dtype=np.int64),
-        signals={"tensor_active": np.full(times.size, 0.02), "util": np.full(times.size, 0.99)},
-    )
-    est = estimate(EstimateInputs(gpu=gpu))
-    assert est.gpu_signal == "tensor_active"
-    assert dict(est.gpu_activities) == pytest.approx({"tensor_active": 0.02, "util": 0.99})

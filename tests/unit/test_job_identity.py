@@ -134,4 +134,6 @@ def test_gpu_activity_is_reported_without_bursts() -> None:
     )
     assert est.gpu_signal == "sm_active"  # the best signal present
     assert est.gpu_activity == 0.9
+    # ... and every signal's mean, for the hang alert (util reads NCCL's spin).
+    assert dict(est.gpu_activities) == {"sm_active": 0.9, "util": 1.0}
     assert est.last_burst_end_s is None

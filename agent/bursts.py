@@ -27,7 +27,7 @@ import numpy.typing as npt
 
 from agent.levels import boxcar, erode, level_noise, separation, two_means
 from agent.quantiles import median
-from agent.rates import PollIntervals
+from agent.rates import PollIntervals, on_runs
 
 __all__ = [
     "MIN_CORE_SAMPLES",
@@ -68,13 +68,6 @@ class BurstStats:
     def has_bursts(self) -> bool:
         """True when an on level stands clearly above the background."""
         return self.on_ratio is not None and self.bursts > 0
-
-
-def on_runs(mask: npt.NDArray[np.bool_]) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
-    """Start and end (exclusive) indices of the True runs of ``mask``."""
-    padded = np.concatenate(([False], mask, [False]))
-    change = np.flatnonzero(padded[1:] != padded[:-1])
-    return change[0::2].astype(np.int64), change[1::2].astype(np.int64)
 
 
 def clear_spikes(rate: FloatArray, level: float) -> int:

@@ -143,6 +143,13 @@ def busy_slots(rate: FloatArray) -> npt.NDArray[np.intp]:
     return np.flatnonzero(~(rate <= IDLE_FRACTION * high))
 
 
+def on_runs(mask: npt.NDArray[np.bool_]) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """Start and end (exclusive) indices of the True runs of ``mask``."""
+    padded = np.concatenate(([False], mask, [False]))
+    change = np.flatnonzero(padded[1:] != padded[:-1])
+    return change[0::2].astype(np.int64), change[1::2].astype(np.int64)
+
+
 def active_span(rate: FloatArray) -> tuple[int, int]:
     """Slots ``[i0, i1)`` without the idle stretch before the traffic and the one after it.
 
@@ -167,8 +174,8 @@ def active_span(rate: FloatArray) -> tuple[int, int]:
     # The longest run of known idle slots between the first and the last busy one.
     idle = known[first : last + 1].copy()
     idle[busy - first] = False
-    edges = np.flatnonzero(np.diff(np.concatenate(([0], idle.astype(np.int8), [0]))))
-    inner = int((edges[1::2] - edges[0::2]).max()) if edges.size else 0
+    starts, ends = on_runs(idle)
+    inner = int((ends - starts).max()) if starts.size else 0
     keep = max(1, inner)
     cut = max(2 * inner, 8)
     # Beyond a hole without reads longer than that, an end holds nothing of the traffic: a
@@ -360,8 +367,7 @@ def poll_change(times: FloatArray) -> PollChange | None:
     if fine <= 0:
         return None
     slow = steps > POLL_CHANGE_FACTOR * fine
-    edges = np.flatnonzero(np.diff(np.concatenate(([0], slow.astype(np.int8), [0]))))
-    starts, ends = edges[0::2], edges[1::2]
+    starts, ends = on_runs(slow)
     keep = (ends - starts) >= POLL_CHANGE_RUN
     if not keep.any():
         return None
@@ -477,8 +483,7 @@ def stale_reads(deltas: FloatArray, *, refresh: int | None = None) -> BoolArray:
             return stale
         if after_step.size >= 5 and np.median(after_zero) < 1.5 * np.median(after_step):
             return stale  # steps after zeros are not bigger: genuine gaps, not stale reads
-    edges = np.flatnonzero(np.diff(np.concatenate(([0], zero.astype(np.int8), [0]))))
-    runs = [(int(a), int(b)) for a, b in zip(edges[0::2], edges[1::2], strict=True)]
+    runs = [(int(a), int(b)) for a, b in zip(*on_runs(zero), strict=True)]
     if refresh is None:
         short = [b - a for a, b in runs if a > 0 and b < n and b - a <= longest
                  and positive[a - 1] and positive[b]]  # fmt: skip
@@ -722,6 +727,7 @@ __all__ += [
     "busy_slots",
     "direction_grids",
     "glitch_reads",
+    "on_runs",
     "poll_change",
     "refresh_cadence",
     "spread_slots",

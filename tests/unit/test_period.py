@@ -468,6 +468,46 @@ def test_bursts_broken_by_millisecond_stalls_are_timed_where_they_are_whole() ->
     assert r.rising_edges_s.size >= 18
 
 
+def _split_steps(seed: int, *, gap: float, share: float = 0.15) -> tuple[FloatArray, float]:
+    """(bursts, realised mean period): a 1.5 s square wave (0.3 s bursts, 2 % step jitter) in
+    which ``share`` of the bursts are cut in two by ``gap`` seconds of silence (a late bucket,
+    a stalled peer): the first half starts where a whole burst would, the second ends ``gap``
+    later."""
+    rng = np.random.default_rng(seed)
+    period, on = 1.5, 0.3
+    t, rows, starts = 0.0, [], []
+    while t < 330.0:
+        starts.append(t)
+        if rng.random() < share:
+            rows += [(t, t + on / 2, 1.0), (t + on / 2 + gap, t + on + gap, 1.0)]
+        else:
+            rows.append((t, t + on, 1.0))
+        t += period * (1.0 + 0.02 * rng.standard_normal())
+    s = np.asarray(starts)
+    return np.asarray(rows), float(np.diff(s[s < 300.0]).mean())
+
+
+@pytest.mark.parametrize("fs", [10.0, 100.0])
+@pytest.mark.parametrize("gap", [0.2, 0.5])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_a_burst_now_and_then_split_in_two_is_one_step(seed: int, gap: float, fs: float) -> None:
+    # The two pieces, well under a period apart, were two main bursts (or one main burst whose
+    # edge is off by the silence) and the interval between them counted as a whole step: T read
+    # 1-4 % short on 15 % of the steps split. The pieces are one step's burst.
+    bursts, truth = _split_steps(seed, gap=gap)
+    r = estimate_period(sample_bursts(bursts, fs, 300.0), 1.0 / fs)
+    assert r.period_s == pytest.approx(truth, rel=2e-3)
+
+
+def test_bursts_cut_by_stalls_nearly_every_step_are_not_joined() -> None:
+    # With most steps split, the pieces' edges are not the bursts' own (a real capture's stalls
+    # cut each burst differently): the pieces are left as they are and the steps are timed
+    # where the pyramid's coarser levels see them whole, as before.
+    bursts, truth = _split_steps(5, gap=0.2, share=0.6)
+    r = estimate_period(sample_bursts(bursts, 10.0, 300.0), 0.1)
+    assert r.period_s == pytest.approx(truth, rel=2e-3)
+
+
 def test_bursts_per_period_count_the_span_of_the_bursts_not_an_idle_head() -> None:
     # 30 idle seconds before 20 bursts (a capture started long before the job, a job that
     # started late in the window): over the window that is 0.4 bursts a period, which used

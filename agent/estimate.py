@@ -1289,6 +1289,7 @@ def estimate(
         sparse_share=shares[1] if shares else None,
         untimed=chosen is None and mix is not None and not bool(np.isfinite(mix.call_times).any()),
         spikes=spikes,
+        rhythm=t is None and period is not None and period.irregular_rhythm_s is not None,
     )
     regime = classify_regime(features, idle_bytes_per_s=idle_bytes_per_s)
     silence = features.step_silence

@@ -224,6 +224,10 @@ class PeriodResult:
     #: No period, but a rhythm whose bursts come in trains (:mod:`agent.trains`): structure
     #: inside a step the window does not show yet, not aperiodic traffic.
     train_rhythm_s: float | None = None
+    #: No period, but a candidate the autocorrelation found whose burst edges repeat too
+    #: irregularly to time it: steps too uneven, or two jobs' steps on one link. Random
+    #: arrivals (Poisson, gamma renewals of CV 0.2-0.5) never get this far.
+    irregular_rhythm_s: float | None = None
 
 
 # --------------------------------------------------------------------------------------------
@@ -1285,6 +1289,7 @@ def _rejected(
     interval_cv: float | None = None,
     method: str = "none",
     train_rhythm_s: float | None = None,
+    irregular_rhythm_s: float | None = None,
 ) -> PeriodResult:
     """No period, with the candidate that was turned down and why."""
     return PeriodResult(
@@ -1299,6 +1304,7 @@ def _rejected(
         warnings=(reason,),
         detections=tuple(detections),
         train_rhythm_s=train_rhythm_s,
+        irregular_rhythm_s=irregular_rhythm_s,
     )
 
 
@@ -2161,6 +2167,7 @@ def estimate_period(
             "bursts repeat too irregularly to call it a period",
             interval_cv=irregular.interval_cv,
             method=irregular_method,
+            irregular_rhythm_s=current.period_s,
         )
 
     in_trains = (

@@ -24,20 +24,25 @@ tests/unit/test_regime.py and tests/integration/test_analyze_scenarios.py):
      that leaves part of the step silent — DDP's bucketed AllReduces overlap the backward
      pass only, and the forward pass is silent (0.38 of the step on a real job with ten
      buckets, which was called "finetune" before the silence counted).
-2. **aperiodic traffic**: **inference** when it comes in bursts that reach
+2. **aperiodic traffic** with a rhythm: bursts that reach ``idle_bytes_per_s`` and repeat at
+   a lag the autocorrelation confirms, too irregularly to time a period (steps that spread
+   widely, or two jobs' steps on one link; random arrivals never show one): **training**, or
+   **finetune** when an NCCL log says most bytes are AllGather/ReduceScatter, unless the log
+   is dominated by AlltoAll / Send / Recv (then rule 3);
+3. **aperiodic traffic**: **inference** when it comes in bursts that reach
    ``idle_bytes_per_s`` (random arrivals, at least ``MIN_APERIODIC_BURSTS`` of them in the
    window, so that a training job's first few steps are not called inference), whatever its
    mean (a real service at 1.85 requests/s averaged 4 MB/s in 47 MB/s bursts), or when the
    NCCL log is dominated by AlltoAll / Send / Recv and its calls' times could have shown a
    period (a log without timestamps and no counters cannot tell a pipeline-parallel training
    job's Send/Recv from inference's: **unknown**);
-3. **idle** — none of the above, less than ``idle_bytes_per_s`` on average, no collectives
+4. **idle** — none of the above, less than ``idle_bytes_per_s`` on average, no collectives
    in the NCCL log (if any) and no burst that reaches ``idle_bytes_per_s`` (management chatter
    has none; a few such bursts are a job too young to tell: **unknown**), nor
    ``MIN_APERIODIC_BURSTS`` polls or more that reach it (transfers that each fit in a poll:
    a real inference service polled at 10 Hz read "idle"; they are **unknown**); with neither
    counters nor an NCCL log (GPU samples alone) nothing says the network is idle: **unknown**;
-4. **unknown** for flat, structureless load or too little evidence.
+5. **unknown** for flat, structureless load or too little evidence.
 
 Live, a switch *to* inference is confirmed over ``INFERENCE_CONFIRM_S`` (:class:`RegimeGate`):
 "no period" is what a training job shows too until its lock (6-10 s on real DDP jobs at
@@ -116,6 +121,10 @@ class RegimeFeatures:
     #: each fit in a poll, at random times, cannot be told from noise, but a host whose polls
     #: reach a job's rates is not idle (a real inference service polled at 10 Hz).
     spikes: int = 0
+    #: No period, but a rhythm the autocorrelation confirmed whose bursts repeat too
+    #: irregularly to time (agent.period.PeriodResult.irregular_rhythm_s): random arrivals
+    #: never show one; steps that spread widely, or two jobs' steps on one link, do.
+    rhythm: bool = False
 
 
 def collective_shares(collectives: Mapping[str, tuple[int, int]]) -> tuple[float, float] | None:
@@ -145,6 +154,10 @@ def classify_regime(f: RegimeFeatures, *, idle_bytes_per_s: float = IDLE_BYTES_P
         # requests average tens of MB/s and more).
         return "idle"
     high = f.bursty and (f.burst_rate is None or f.burst_rate >= idle_bytes_per_s)
+    if f.rhythm and high and (f.sparse_share is None or f.sparse_share < 0.5):
+        # Two DDP jobs on one link (a real recording) read "inference": their bursts repeat,
+        # only not at one period.
+        return "finetune" if f.gather_share is not None and f.gather_share >= 0.5 else "training"
     if high and f.bursts >= MIN_APERIODIC_BURSTS:
         return "inference"
     busy_polls = f.spikes >= MIN_APERIODIC_BURSTS

@@ -163,6 +163,17 @@ def test_real_inference_traffic_has_no_period_and_no_change() -> None:
     assert not any("step time changed" in w for w in est.warnings)
 
 
+def test_two_real_training_jobs_on_one_link_are_not_called_inference() -> None:
+    """Two DDP jobs sharing a link (steps of 0.67 and 0.81 s, spread 12-13 %): over the whole
+    recording their bursts repeat too irregularly for one period, and read "inference" like
+    random requests. The autocorrelation saw a rhythm, which random arrivals never show: a
+    job's traffic."""
+    est = analyze_files(counters=[FIXTURES / "ddp-gloo-two-tenants.csv.gz"]).estimate
+    assert est.period_s is None
+    assert est.regime == "training"
+    assert any("too irregularly" in w for w in est.warnings)
+
+
 @pytest.mark.parametrize("every", [5, 10])
 def test_real_inference_polled_slowly_is_not_called_idle(tmp_path: Path, every: int) -> None:
     """The same service, its polls kept at 20 or 10 Hz: each reply fits in a poll, at random

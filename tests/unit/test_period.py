@@ -468,6 +468,21 @@ def test_bursts_broken_by_millisecond_stalls_are_timed_where_they_are_whole() ->
     assert r.rising_edges_s.size >= 18
 
 
+@pytest.mark.parametrize("seed", range(12))
+def test_random_arrivals_show_no_irregular_rhythm(seed: int) -> None:
+    # The regime calls a rhythm too irregular to time a job's (agent/regime.py): random
+    # bursts, even quasi-periodic ones, must not show one.
+    for x, dt in (
+        (poisson_bursts(2.0, 0.1, 100.0, 120.0, noise=0.02, seed=seed), 0.01),
+        (poisson_bursts(0.5, 0.3, 10.0, 300.0, noise=0.02, seed=seed), 0.1),
+        (gamma_renewal(1.0, 0.2, 100.0, 120.0, noise=0.02, seed=seed), 0.01),
+        (gamma_renewal(1.0, 0.5, 100.0, 120.0, noise=0.02, seed=seed), 0.01),
+    ):
+        r = estimate_period(x, dt)
+        assert r.period_s is None
+        assert r.irregular_rhythm_s is None
+
+
 def _split_steps(seed: int, *, gap: float, share: float = 0.15) -> tuple[FloatArray, float]:
     """(bursts, realised mean period): a 1.5 s square wave (0.3 s bursts, 2 % step jitter) in
     which ``share`` of the bursts are cut in two by ``gap`` seconds of silence (a late bucket,

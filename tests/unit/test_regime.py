@@ -50,6 +50,30 @@ from agent.regime import RegimeFeatures, RegimeGate, classify_regime, collective
         ),
         (RegimeFeatures(periodic=False, bursty=True, bursts=40, mean_rate=1e9), "inference"),
         (RegimeFeatures(periodic=False, bursty=True, bursts=3, mean_rate=1e9), "unknown"),
+        # A rhythm too irregular to time (two jobs' steps on one link): a job, not inference.
+        (
+            RegimeFeatures(periodic=False, bursty=True, bursts=270, mean_rate=3e7, rhythm=True),
+            "training",
+        ),
+        (
+            RegimeFeatures(
+                periodic=False, bursty=True, bursts=90, mean_rate=3e7, rhythm=True, gather_share=0.8
+            ),
+            "finetune",
+        ),
+        # ... unless the NCCL log says AlltoAll / Send / Recv, or the bursts are chatter.
+        (
+            RegimeFeatures(
+                periodic=False, bursty=True, bursts=90, mean_rate=3e7, rhythm=True, sparse_share=0.9
+            ),
+            "inference",
+        ),
+        (
+            RegimeFeatures(
+                periodic=False, bursty=True, bursts=20, burst_rate=2e5, mean_rate=1e4, rhythm=True
+            ),
+            "idle",
+        ),
         (RegimeFeatures(periodic=False, mean_rate=1e9, sparse_share=0.8), "inference"),
         # Send/Recv-heavy calls with nothing to time them (a log without timestamps, no
         # counters): a pipeline-parallel training job's as much as inference's.

@@ -16,6 +16,8 @@ import numpy as np
 import pytest
 
 from agent.analyze import analyze_files
+from agent.estimate import EstimateInputs, estimate
+from tests.signals import allreduce_calls
 
 START = datetime(2026, 3, 4, 9, 30, 0, tzinfo=UTC)
 
@@ -170,3 +172,18 @@ def test_pipeline_stage_reads_its_step_not_an_alias_of_it(tmp_path: Path, seed: 
     log = _pipeline_log(tmp_path / "p.log", 1.0, 50, 0.02, seed)
     est = analyze_files(nccl_logs=[log]).estimate
     assert est.period_s == pytest.approx(1.0, rel=0.02)
+
+
+@pytest.mark.parametrize("hours", [2.0, 12.0])
+def test_a_log_of_many_hours_keeps_short_steps(hours: float) -> None:
+    """0.3 s steps (two AllReduces each, 1 % jitter) over many hours: binned over the whole
+    log, a bin was 41 ms (8 a step) at 12 h and T was lost without a word (25 h of them, in
+    a real-format log, read no period). The newest 2.9 h are binned at 10 ms, and the note
+    says so."""
+    rng = np.random.default_rng(7)
+    starts = np.cumsum(0.3 * (1.0 + 0.01 * rng.uniform(-1.0, 1.0, int(hours * 3600 / 0.3))))
+    times = np.sort(np.concatenate((starts, starts + 0.02)))
+    est = estimate(EstimateInputs(collectives=allreduce_calls(times, 5e7)))
+    assert est.period_s == pytest.approx(float(np.diff(starts).mean()), rel=2e-3)
+    cut = [w for w in est.warnings if "newest 2.9 h" in w]
+    assert len(cut) == (1 if hours > 2.9 else 0)

@@ -72,9 +72,14 @@ __all__ = [
 
 Grids = dict[Direction, GridSeries]
 
-#: Capture bins: fine enough for 10 ms periods, coarse enough to stay under 2^18 bins.
+#: Capture bins: fine enough for 10 ms periods, coarse enough to stay under 2^18 bins, but no
+#: coarser than ``PCAP_WIDEST_BIN_S`` for that (a capture of 44 min); of a capture longer than
+#: ``PCAP_MOST_BINS`` such bins (2.9 h), the newest are binned. Widened to fit a whole day,
+#: 0.5 s bins could not show 1 s steps: "bursts of about a poll", no T.
 PCAP_MIN_BIN_S = 1e-3
 PCAP_MAX_BINS = 2**18
+PCAP_WIDEST_BIN_S = 0.01
+PCAP_MOST_BINS = 2**20
 #: ... and wide enough for this many frames of a burst at its typical spacing: with sparse
 #: frames (TSO/GRO super-frames, a slow link) a 1 ms bin holds one frame or none, and every
 #: frame looks like a burst of its own.
@@ -1032,10 +1037,14 @@ def _pcap_grids(captures: Sequence[Capture], t0: float, span: float, bin_s: floa
     }
 
 
-def _pcap(paths: Sequence[Path]) -> tuple[Grids, Grids | None, list[Capture]]:
-    """The captures binned, the same at the next finer bin width, and the captures.
+def _pcap(
+    paths: Sequence[Path],
+) -> tuple[Grids, Grids | None, list[Capture], float, str | None]:
+    """The captures binned, finer bins, the captures, their span (s), a note if cut.
 
-    Bins hold 8 frames at their typical spacing; the finer ones are None below the 1 ms floor.
+    The finer bins are the next bin width down (None below the 1 ms floor); the note says
+    when only the newest part of the captures is binned (see ``PCAP_MOST_BINS``). Bins hold 8
+    frames at their typical spacing.
     """
     captures = [read_capture(p) for p in paths]
     usable = [
@@ -1050,15 +1059,23 @@ def _pcap(paths: Sequence[Path]) -> tuple[Grids, Grids | None, list[Capture]]:
     # Captures need not be in time order: take the extremes, not the first and last records.
     t0 = min(float(c.stats.first_time_s or 0.0) for c in usable)
     t1 = max(float(c.stats.last_time_s or 0.0) for c in usable)
-    span = max(t1 - t0, PCAP_MIN_BIN_S)
-    bin_s = _nice_step(
-        max(PCAP_MIN_BIN_S, span / PCAP_MAX_BINS, PCAP_FRAMES_PER_BIN * _frame_spacing(usable))
-    )
+    whole = span = max(t1 - t0, PCAP_MIN_BIN_S)
+    natural = max(PCAP_MIN_BIN_S, PCAP_FRAMES_PER_BIN * _frame_spacing(usable))
+    bin_s = _nice_step(max(natural, min(span / PCAP_MAX_BINS, PCAP_WIDEST_BIN_S)))
+    note = None
+    if span / bin_s > PCAP_MOST_BINS:
+        span = PCAP_MOST_BINS * bin_s
+        t0 = t1 - span
+        note = (
+            f"the capture spans {whole / 3600:.3g} h: T, B and D come from its newest "
+            f"{span / 3600:.2g} h in {bin_s * 1e3:g} ms bins (cut it with editcap to analyze an "
+            "earlier part)"
+        )
     fine_s = _nice_step(bin_s / 2.5)
     fine = None
     if PCAP_MIN_BIN_S <= fine_s < bin_s and span / fine_s <= PCAP_MAX_BINS:
         fine = _pcap_grids(usable, t0, span, fine_s)
-    return _pcap_grids(usable, t0, span, bin_s), fine, captures
+    return _pcap_grids(usable, t0, span, bin_s), fine, captures, whole, note
 
 
 #: How much higher B must read on the finer capture bins for them to be used.
@@ -1167,10 +1184,12 @@ def analyze_files(
     input_notes += repeated
     pcap_fine: Grids | None = None
     if pcaps:
-        pcap_grids, pcap_fine, captures = _pcap(pcaps)
+        pcap_grids, pcap_fine, captures, pcap_span, cut_note = _pcap(pcaps)
         sources["pcap"] = [str(p) for p in pcaps]
-        extra["capture"] = _capture_summary(captures, pcap_grids, pcaps)
+        extra["capture"] = _capture_summary(captures, pcap_grids["tx"].dt, pcap_span, pcaps)
         capture_notes = _capture_warnings(captures, pcaps)
+        if cut_note is not None:
+            capture_notes.append(cut_note)
         # The finer series wins: B needs samples shorter than the bursts.
         if counter_dt is None or pcap_grids["tx"].dt < counter_dt:
             network, network_source = pcap_grids, "pcap"
@@ -1495,10 +1514,9 @@ def _capture_warnings(captures: Sequence[Capture], paths: Sequence[Path]) -> lis
 
 
 def _capture_summary(
-    captures: list[Capture], grids: dict[Direction, GridSeries], paths: Sequence[Path]
+    captures: list[Capture], bin_s: float, span: float, paths: Sequence[Path]
 ) -> dict[str, Any]:
     packets = sum(c.stats.packets for c in captures)
-    span = grids["tx"].duration_s
     acks = merge_ack_samples(c.ack_samples for c in captures if c.ack_samples is not None)
 
     def _ack_json(p: AckLatency | None) -> dict[str, float | None]:
@@ -1525,5 +1543,5 @@ def _capture_summary(
             str(p) for c, p in zip(captures, paths, strict=True) if c.stats.truncated
         ],
         "skipped_records": sum(c.stats.skipped_records for c in captures),
-        "bin_s": grids["tx"].dt,
+        "bin_s": bin_s,
     }

@@ -90,6 +90,26 @@ def test_sparse_super_frames_get_bins_that_hold_several(
     assert out["capture"]["bin_s"] >= 0.02  # 8 frames of 3.2 ms, as a 1-2-5 step
 
 
+def test_a_capture_too_long_for_its_bins_is_binned_on_its_newest_part(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A day-long capture of 1 s steps was binned at 0.5 s to fit 2^18 bins: "bursts of about
+    # a poll", no T. Bins stay as fine as the frames allow (up to 10 ms) and the newest 2^20
+    # of them are binned. Here the same at a small scale: 2^10 bins, at most 2^13.
+    from agent import analyze
+
+    monkeypatch.setattr(analyze, "PCAP_MAX_BINS", 2**10)
+    monkeypatch.setattr(analyze, "PCAP_MOST_BINS", 2**13)
+    bursts = [(k * T, k * T + DUTY, RATE) for k in range(600)]
+    out = _analyze(capsys, _write(tmp_path / "long.pcap", bursts, frame_bytes=65_000))
+    _check(out)
+    assert out["capture"]["bin_s"] == pytest.approx(0.05)  # 8 frames 3.25 ms apart
+    assert out["capture"]["packet_rate_per_s"] == pytest.approx(
+        out["capture"]["packets"] / (599 * T + DUTY), rel=0.01
+    )
+    assert any("newest 0.11 h in 50 ms bins" in w for w in out["warnings"])
+
+
 @pytest.mark.parametrize("seed", range(3))
 def test_transfers_about_two_bins_long_are_read_on_finer_bins(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], seed: int

@@ -73,3 +73,58 @@ def test_the_lag_is_the_least_of_the_horizon_not_the_next_line_after_it() -> Non
             worst_many = max(worst_many, placed_many - written)
     assert worst_one < 0.2  # the least delay of ~150 lines, not a random one of up to 2 s
     assert worst_many < 0.2
+
+
+def _read_through(lags: ArrivalLag, backlog_s: float, poll_s: float, per_read_s: float):
+    """A log of lines every 10 ms written from ``-backlog_s`` (agent clock) on, read from its
+    start: each poll reads ``per_read_s`` of it (16 MiB of a busy log hold a minute or more)
+    until it reaches what was written by then. Yields (written, placed) per read."""
+    written_to = -backlog_s
+    arrival = 0.0
+    while arrival < 40.0:
+        upto = min(written_to + per_read_s, arrival)
+        written = np.arange(written_to, upto, 0.01)
+        written_to = max(upto, written_to)
+        if written.size:
+            yield written, lags.times(written - OFFSET, arrival + 0.005)
+        arrival += poll_s
+
+
+def test_a_backlog_read_from_its_start_is_not_placed_on_the_reads() -> None:
+    """A log read from its start (a restart without state, a file found late): each read of
+    many seconds of lines lowered the lag line by line, and every line landed on its read:
+    calls bunched at the polls, T the poll interval. Until the reads reach the live end the
+    lines are left unplaced; from there on they are placed where they were written."""
+    caught_up = False
+    for written, placed in _read_through(ArrivalLag(backlog_s=5.0), 300.0, 0.2, 20.0):
+        if not np.isfinite(placed).any():
+            assert not caught_up  # unplaced only before the live end
+            continue
+        caught_up = True
+        assert np.all(np.abs(placed - written) < 0.02)
+    assert caught_up
+
+
+def test_without_the_backlog_rule_a_backlog_lands_on_its_reads() -> None:
+    # What the rule is for: the plain lag puts each catching-up read's lines on its arrival.
+    bunched = 0
+    for written, placed in _read_through(ArrivalLag(), 300.0, 0.2, 20.0):
+        if written[-1] < -1.0:  # still in the backlog: 20 s of lines squeezed into a poll
+            bunched += int(np.ptp(placed) < 0.25 and np.ptp(written) > 19.0)
+    assert bunched >= 10
+
+
+def test_lines_waiting_in_a_buffer_are_not_a_backlog() -> None:
+    """Lines buffered up to 4 s before they are read (stdout to a file, flushed in blocks):
+    every one placed once the first read's lag is known."""
+    rng = np.random.default_rng(5)
+    lags = ArrivalLag(backlog_s=5.0)
+    unplaced = 0
+    for k in range(300):
+        arrival = 0.2 * k + 5.0
+        written = np.sort(arrival - rng.uniform(0.01, 4.0, 20))
+        placed = lags.times(written - OFFSET, arrival)
+        unplaced += int(np.isnan(placed).sum())
+        if k > int(LAG_HORIZON_S / 0.2):
+            assert np.all(placed - written < 0.2)
+    assert unplaced == 0

@@ -407,7 +407,9 @@ def _in_chunks(decoder: LiveDecoder, texts: list[str]) -> list[FastCall]:
 
 
 def _tail_source() -> NcclTail:
-    return NcclTail(NcclTailConfig(enabled=True, paths=("x",)), clock=FakeClock())
+    # The reference paths these tests compare with place one stamp at a time, which cannot
+    # tell a backlog read; the backlog rule has its own tests (test_arrival_lag.py).
+    return NcclTail(NcclTailConfig(enabled=True, paths=("x",)), clock=FakeClock(), backlog_s=None)
 
 
 def _assert_same_batch(new: CallBatch | None, old: CallBatch | None) -> None:
@@ -609,7 +611,7 @@ _JUNK = [b"\xff", b"\xe2\x82", b"\r"]  # bytes that are not UTF-8, a cut sequenc
 class _LineTailer(Tailer):
     """The tailer as it read before the bulk path (one list of lines per read), as a reference."""
 
-    def _read(self, f: _File) -> list[str]:
+    def _read_chunk(self, f: _File) -> list[str]:
         try:
             data = os.pread(f.fd, nccl_tail.READ_CHUNK, f.offset)
         except OSError:
@@ -820,3 +822,32 @@ def test_an_unwritable_state_file_is_said_once(
     assert len(said) == 4
     assert [r.levelname for r in said] == ["WARNING", "DEBUG", "DEBUG", "DEBUG"]
     t.close()
+
+
+def test_a_busy_file_is_read_to_its_end_in_one_poll(tmp_path: Path) -> None:
+    """8 ranks' lines at 40 k/s in one file are 9 MB/s: one 1 MiB read a poll (5 MiB/s at the
+    default 0.2 s poll) fell further behind every second. A poll reads up to 16 MiB a file."""
+    path = tmp_path / "nccl.log"
+    path.write_bytes(b"")
+    tail = Tailer((str(path),), read_from="beginning")
+    line = "x" * 229 + "\n"
+    lines = 9 * (1 << 20) // len(line)
+    path.write_text(line * lines)
+    assert sum(text.count("\n") for _, text in tail.poll_text()) == lines
+    assert tail.poll_text() == []
+
+
+def test_a_backlog_read_is_counted_but_not_timed() -> None:
+    """A read that catches up on a backlog (collectors/_lag.py) leaves its calls unplaced:
+    they count in the totals, and none lands in the window at the poll's time."""
+    body = (
+        "h:1:1 [0] NCCL INFO AllReduce: opCount 1 sendbuff 0x1 recvbuff 0x1 count 4 datatype 7 "
+        "op 0 root 0 comm 0x9 [nranks=2] stream 0x2"
+    )
+    lines = [f"[2026-05-05 06:{m:02d}:00.000000] {body}\n" for m in range(30)]
+    source = NcclTail(NcclTailConfig(enabled=True, paths=("x",)), clock=FakeClock())
+    batch = decode_texts(LiveDecoder(), ["".join(lines)], 1e6, source._times)
+    assert batch is not None
+    assert batch.ops["AllReduce"][0] == 30
+    assert batch.times.size == 0
+    assert batch.s_bytes.size == batch.key_ids.size == 0

@@ -842,8 +842,9 @@ def _step_parts(
     neighbouring runs of at least two pieces each whose periods differ by more than
     ``JOB_PERIODS_DIFFER`` are taken for a change of step time: the newest run is estimated
     and shown, as the live agent shows it at the end of the recording, and a warning names
-    every run. Pieces that straddle the change (no period, or one between the two) are left
-    out of both. Each run is estimated again over its whole span: pieces that show a nested
+    every run. Pieces that straddle the change are left out of both: those with no period or
+    one between the two, and in a run of three pieces or more the one next to the change,
+    which may read near its run's period while it holds some of the other's steps. Each run is estimated again over its whole span: pieces that show a nested
     job's inner period (an FSDP job's layers) read as its step there, and so as no change.
     """
     chosen = busier_direction(network)
@@ -871,7 +872,13 @@ def _step_parts(
     if len(runs) < 2:
         return unchanged()
     found = []
-    for i, j in runs:
+    for k, (i, j) in enumerate(runs):
+        # A job of 3.2 s steps right after one of 1 s steps read 3.002 s: its first piece
+        # held 75 s of the other's steps and still read near 3.2 s.
+        if j - i >= 3 and k > 0:
+            i += 1
+        if j - i >= 3 and k < len(runs) - 1:
+            j -= 1
         sub = part(int(cuts[i]), int(cuts[j]))
         got = estimate(sub)
         if got.period_s is None:
@@ -966,7 +973,13 @@ def _burst_parts(
     if all(max(a, b) < BURSTS_CHANGE * min(a, b) for a, b in itertools.pairwise(levels)):
         return inputs, est
     found = []
-    for i, j in runs:
+    for k, (i, j) in enumerate(runs):
+        # A job of 3.2 s steps right after one of 1 s steps read 3.002 s: its first piece
+        # held 75 s of the other's steps and still read near 3.2 s.
+        if j - i >= 3 and k > 0:
+            i += 1
+        if j - i >= 3 and k < len(runs) - 1:
+            j -= 1
         sub = part(int(cuts[i]), int(cuts[j]))
         found.append((int(cuts[i]), int(cuts[j]), sub, estimate(sub)))
     if _mixed_heights(found):

@@ -830,6 +830,24 @@ def _runs(
     return runs
 
 
+def _inside(runs: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Runs of pieces without the piece next to a change, where three pieces or more remain.
+
+    That piece holds some of the other run's traffic whenever the change falls inside it,
+    and may still read near its run's value: a job of 3.2 s steps right after one of 1 s
+    steps read 3.002 s, its first piece holding 75 s of the other's steps.
+    """
+    out = []
+    for k, (i, j) in enumerate(runs):
+        a, b = i, j
+        if b - a >= 3 and k > 0:
+            a += 1
+        if b - a >= 3 and k < len(runs) - 1:
+            b -= 1
+        out.append((a, b))
+    return out
+
+
 def _step_parts(
     network: dict[Direction, GridSeries], inputs: EstimateInputs, est: Estimate
 ) -> tuple[EstimateInputs, Estimate]:
@@ -843,9 +861,9 @@ def _step_parts(
     ``JOB_PERIODS_DIFFER`` are taken for a change of step time: the newest run is estimated
     and shown, as the live agent shows it at the end of the recording, and a warning names
     every run. Pieces that straddle the change are left out of both: those with no period or
-    one between the two, and in a run of three pieces or more the one next to the change,
-    which may read near its run's period while it holds some of the other's steps. Each run is estimated again over its whole span: pieces that show a nested
-    job's inner period (an FSDP job's layers) read as its step there, and so as no change.
+    one between the two, and the one next to the change (:func:`_inside`). Each run is
+    estimated again over its whole span: pieces that show a nested job's inner period (an
+    FSDP job's layers) read as its step there, and so as no change.
     """
     chosen = busier_direction(network)
     grids = list(network.values())
@@ -872,13 +890,7 @@ def _step_parts(
     if len(runs) < 2:
         return unchanged()
     found = []
-    for k, (i, j) in enumerate(runs):
-        # A job of 3.2 s steps right after one of 1 s steps read 3.002 s: its first piece
-        # held 75 s of the other's steps and still read near 3.2 s.
-        if j - i >= 3 and k > 0:
-            i += 1
-        if j - i >= 3 and k < len(runs) - 1:
-            j -= 1
+    for i, j in _inside(runs):
         sub = part(int(cuts[i]), int(cuts[j]))
         got = estimate(sub)
         if got.period_s is None:
@@ -961,7 +973,8 @@ def _burst_parts(
     recording, with no warning. The pieces :func:`_step_parts` cut are grouped into runs of
     like bandwidth (``BURSTS_AGREE``); two neighbouring runs of two pieces or more that differ
     by ``BURSTS_CHANGE`` are a change: the newest run is shown, as the live agent shows it
-    at the end of the recording, and a warning names every run.
+    at the end of the recording, and a warning names every run. The piece next to a change
+    is left out (:func:`_inside`).
     """
     bands = [p.burst_bandwidth if p.period_s is not None else None for p in pieces]
     runs = [
@@ -973,13 +986,7 @@ def _burst_parts(
     if all(max(a, b) < BURSTS_CHANGE * min(a, b) for a, b in itertools.pairwise(levels)):
         return inputs, est
     found = []
-    for k, (i, j) in enumerate(runs):
-        # A job of 3.2 s steps right after one of 1 s steps read 3.002 s: its first piece
-        # held 75 s of the other's steps and still read near 3.2 s.
-        if j - i >= 3 and k > 0:
-            i += 1
-        if j - i >= 3 and k < len(runs) - 1:
-            j -= 1
+    for i, j in _inside(runs):
         sub = part(int(cuts[i]), int(cuts[j]))
         found.append((int(cuts[i]), int(cuts[j]), sub, estimate(sub)))
     if _mixed_heights(found):

@@ -297,6 +297,10 @@ CLEARER_SHARE = 0.3
 #: many times its bytes: a job's collectives move as much each way, so the excess is another
 #: flow's, whose bursts can pass for steps even in a confident period.
 CLEARER_EXCESS = 1.1
+#: ... and its period wins over one the busier direction has only when it is this much more
+#: confident: with rx at 0.9 of tx and both periods at confidence 1.00, B and D came from rx
+#: (9 GB/s for a job whose busier direction bursts at 10), on a rounding difference.
+CLEARER_MARGIN = 0.05
 
 
 def _direction_period(
@@ -399,7 +403,7 @@ def _period_direction(
             continue
         expected = inputs.expected_period_s
         if period.period_s is not None:
-            bar = period.confidence
+            bar = period.confidence + CLEARER_MARGIN
         elif period.train_rhythm_s is not None:
             bar = 0.0  # a rhythm inside a longer step, whose step the other may show
         elif expected is not None and abs(period_o.period_s / expected - 1.0) <= cfg.hold_tolerance:

@@ -140,3 +140,18 @@ def test_a_window_of_a_few_long_steps_says_why_it_has_no_period(step_s: float, s
     est = estimate(EstimateInputs(network={"tx": grid}))
     assert est.period_s is None
     assert any("only 3 burst(s) in 120 s: too few to time a period" in w for w in est.warnings)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_equally_clear_directions_keep_the_busier_ones_b(seed: int) -> None:
+    """rx at 0.9 of tx in the same bursts, both periods at confidence 1.00: B and D came from
+    rx, on a rounding difference of the confidences (9 GB/s for a job whose busier direction
+    bursts at 10). The busier direction keeps them unless the other is clearly clearer."""
+    bursts, realised = periodic_bursts(1.5, 0.3, 120.0, rate=10e9, jitter=0.01, seed=seed)
+    wire = sample_bursts(bursts, FS, 120.0)
+    rng = np.random.default_rng(seed)
+    tx, rx = (k * wire + rng.normal(0.0, 1e8, wire.size) for k in (1.0, 0.9))
+    est = estimate(EstimateInputs(network={"tx": _grid(tx), "rx": _grid(rx)}))
+    assert est.direction == "tx"
+    assert est.burst_bandwidth == pytest.approx(10e9, rel=0.01)
+    assert est.period_s == pytest.approx(realised, rel=1e-3)

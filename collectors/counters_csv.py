@@ -22,7 +22,9 @@ from __future__ import annotations
 import array
 import datetime as dt
 import decimal
+import itertools
 import math
+import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,6 +40,8 @@ from collectors._text import Skipped, read_text_file
 __all__ = ["CounterTable", "parse_counters_csv", "read_counters_csv"]
 
 _MAX_COUNTER = 2**64 - 1
+#: Rows parsed at a time by the fast path of :func:`parse_counters_csv`.
+_BLOCK_ROWS = 1 << 16
 
 #: Names of the time column, and the seconds in one of its units.
 _TIME_COLUMNS = {"time": 1.0, "time_s": 1.0, "timestamp": 1.0, "time_ms": 1e-3,
@@ -225,11 +229,38 @@ def parse_counters_csv(lines: Iterable[str], *, path: Path | str = "<counters>")
             cols[j].append(0 if v is None else v)
             present[j].append(v is not None)
 
-    for raw in it:
-        lineno += 1
-        if pending is not None:
+    def whole_block(block: list[str]) -> bool:
+        """Append a block of clean rows at once (C-speed parsing); False: not all clean."""
+        nonlocal last_t
+        try:
+            table = _clean_rows(block, fast)
+        except ValueError:
+            return False
+        if not table.size:
+            return True  # blank lines only
+        t = table["t"] * unit
+        if not np.isfinite(t).all() or t[0] < last_t or bool((t[1:] < t[:-1]).any()):
+            return False
+        last_t = float(t[-1])
+        times.frombytes(t.tobytes())
+        for j in range(len(names)):
+            cols[j].frombytes(np.ascontiguousarray(table[f"c{j}"]).tobytes())
+            present[j].extend(b"\x01" * table.size)
+        return True
+
+    # Rows go a block at a time through numpy's parser; a block with anything it cannot read
+    # as a clean row (a gap, a bad cell, a row out of order, a repeated header) is read row by
+    # row instead, with every rule above. About 3x faster on a clean recording.
+    fast = np.dtype([("t", np.float64)] + [(f"c{j}", np.uint64) for j in range(len(names))])
+    while block := list(itertools.islice(it, _BLOCK_ROWS)):
+        if pending is not None:  # the line held back was not the last one
             row(*pending, final=False)
-        pending = (lineno, raw)
+        start = lineno + 1
+        lineno += len(block)
+        pending = (lineno, block.pop())
+        if not (sep == "," and not trailing and whole_block(block)):
+            for k, raw in enumerate(block):
+                row(start + k, raw, final=False)
     if pending is not None:
         row(*pending, final=True)
     if len(times) < 2 or times[0] == times[-1]:
@@ -271,6 +302,16 @@ def parse_counters_csv(lines: Iterable[str], *, path: Path | str = "<counters>")
         present={n: _to_numpy(present, np.bool_, keep) for n in names},
         warnings=tuple(warnings),
     )
+
+
+def _clean_rows(block: list[str], dtype: np.dtype[Any]) -> npt.NDArray[Any]:
+    """Comma-separated rows through numpy's C parser (ValueError: a row it cannot read)."""
+    with warnings.catch_warnings():  # "input contained no data": blank lines only
+        warnings.simplefilter("ignore", UserWarning)
+        table: npt.NDArray[Any] = np.loadtxt(
+            block, delimiter=",", dtype=dtype, comments=None, ndmin=1
+        )
+    return table
 
 
 def _stray_note(times: npt.NDArray[np.float64], stray: npt.NDArray[np.bool_]) -> str:

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 from pathlib import Path
+from unittest import mock
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from agent.errors import InputFormatError
-from collectors.counters_csv import parse_counters_csv, read_counters_csv
+from collectors import counters_csv
+from collectors.counters_csv import CounterTable, parse_counters_csv, read_counters_csv
 from collectors.gpu_csv import parse_gpu_csv, read_gpu_csv
 
 
@@ -282,3 +286,58 @@ def test_counters_csv_with_tabs_or_semicolons_is_read(lines: list[str]) -> None:
     assert t.times.tolist() == [0.5, 1.0]
     assert t.columns["x_tx_bytes"].tolist() == [100, 300]
     assert t.columns["x_rx_bytes"].tolist() == [7, 9]
+
+
+_CELLS = st.sampled_from(
+    ["5", "17", "123456789012", "18446744073709551615", " 42", "", "N/A", "-3", "1.5e14", "7.0",
+     "+9", "0x10", "#1", "1_000", '"8"', "99999999999999999999"]
+)  # fmt: skip
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["0.5", "1", "1e3", "x", "nan", "-2", " 3", "2026-01-01T00:00:00"]),
+            st.lists(_CELLS, min_size=1, max_size=3),
+            st.sampled_from(["", "", "", "\n"]),  # a blank line after the row, sometimes
+        ),
+        min_size=2,
+        max_size=25,
+    ),
+    st.booleans(),
+    st.integers(1, 6),
+)
+def test_the_block_parser_reads_exactly_what_the_row_parser_reads(
+    rows: list[tuple[str, list[str], str]], finished: bool, block: int
+) -> None:
+    """Blocks of clean rows go through numpy's parser, the others row by row: any mix of good
+    and bad rows, cells, times and lines gives the same table and warnings as row by row."""
+    width = 2
+    lines = ["time,a_tx_bytes,b_rx_bytes\n"]
+    t = 0.0
+    for stamp, cells, blank in rows:
+        t += 1.0
+        first = f"{t:g}" if stamp in ("0.5", "1", "1e3") else stamp
+        lines.append(",".join([first, *(cells + ["1"] * width)[:width]]) + "\n" + blank)
+    if not finished:
+        lines[-1] = lines[-1].rstrip("\n")
+
+    def parse() -> CounterTable | str:
+        try:
+            return parse_counters_csv(lines)
+        except InputFormatError as exc:
+            return str(exc)
+
+    with mock.patch.object(counters_csv, "_BLOCK_ROWS", block):
+        fast = parse()
+        with mock.patch.object(counters_csv, "_clean_rows", side_effect=ValueError):
+            slow = parse()
+    if isinstance(fast, str) or isinstance(slow, str):
+        assert fast == slow
+        return
+    np.testing.assert_array_equal(fast.times, slow.times)
+    assert fast.warnings == slow.warnings
+    for name in slow.columns:
+        np.testing.assert_array_equal(fast.columns[name], slow.columns[name])
+        np.testing.assert_array_equal(fast.present[name], slow.present[name])

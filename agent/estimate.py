@@ -297,9 +297,11 @@ CLEARER_SHARE = 0.3
 #: many times its bytes: a job's collectives move as much each way, so the excess is another
 #: flow's, whose bursts can pass for steps even in a confident period.
 CLEARER_EXCESS = 1.1
-#: ... and its period wins over one the busier direction has only when it is this much more
-#: confident: with rx at 0.9 of tx and both periods at confidence 1.00, B and D came from rx
-#: (9 GB/s for a job whose busier direction bursts at 10), on a rounding difference.
+#: ... and where B and D would go with its T, its period wins over one the busier direction
+#: has only when it is this much more confident: with rx at 0.9 of tx and both periods at
+#: confidence 1.00, B and D came from rx (9 GB/s for a job whose busier direction bursts at
+#: 10), on a rounding difference. Where only T would move, equal confidences suffice: the
+#: T of real jittery jobs timed on rx's edges is vouched for over many steps, tx's is not.
 CLEARER_MARGIN = 0.05
 
 
@@ -402,8 +404,9 @@ def _period_direction(
         if period_o.period_s is None:
             continue
         expected = inputs.expected_period_s
+        moves = busier_rate > CLEARER_EXCESS * other_rate  # B and D would go with T
         if period.period_s is not None:
-            bar = period.confidence + CLEARER_MARGIN
+            bar = period.confidence + (CLEARER_MARGIN if moves else 0.0)
         elif period.train_rhythm_s is not None:
             bar = 0.0  # a rhythm inside a longer step, whose step the other may show
         elif expected is not None and abs(period_o.period_s / expected - 1.0) <= cfg.hold_tolerance:
@@ -420,7 +423,7 @@ def _period_direction(
                     period,
                 )
             )
-            if busier_rate > CLEARER_EXCESS * other_rate:
+            if moves:
                 return grid_o, period_o, other, other
             return grid, period_o, other, direction
         note = _other_rhythm_note(direction, period, other, period_o)

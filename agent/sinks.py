@@ -70,6 +70,41 @@ def estimate_message(snapshot: Snapshot, host: str) -> bytes:
     return json.dumps(_finite(body), separators=(",", ":"), allow_nan=False).encode()
 
 
+class _Client(aiomqtt.Client):
+    """aiomqtt's client, minus a race that logs a traceback when a connection closes.
+
+    paho asks for write readiness (``on_socket_register_write``) whenever it queues a packet,
+    and aiomqtt 2.x adds the writer through ``call_soon_threadsafe`` even from the loop's own
+    thread. A packet queued just before the socket closes (the "offline" status or the
+    DISCONNECT when a reload replaces the sink, a broker that goes away) then adds a writer
+    for a closed descriptor: asyncio logs "Exception in callback ... add_writer ... Bad file
+    descriptor" with a traceback, and a descriptor number already reused by the next
+    connection would get the old client's writer. Here the writer is added only while the
+    socket is still the client's and open.
+    """
+
+    def _on_socket_register_write(
+        self,
+        client: Any,
+        userdata: Any,  # noqa: ARG002 (paho's callback signature)
+        sock: Any,
+    ) -> None:
+        def callback() -> None:
+            # As aiomqtt: a failed write is a broken connection.
+            try:
+                client.loop_write()
+            except Exception as exc:
+                if not self._disconnected.done():
+                    self._disconnected.set_exception(exc)
+
+        def register() -> None:
+            fd = sock.fileno()
+            if fd >= 0 and client.socket() is sock:
+                self._loop.add_writer(fd, callback)
+
+        self._loop.call_soon_threadsafe(register)
+
+
 def _retrieve_disconnect_error(client: aiomqtt.Client) -> None:
     """Mark the client's "unexpected disconnection" error as seen.
 
@@ -134,7 +169,7 @@ class MqttSink:
         self._wake.set()
 
     def _client(self) -> aiomqtt.Client:
-        return aiomqtt.Client(
+        return _Client(
             hostname=self._cfg.host,
             port=self._cfg.port,
             identifier=self._cfg.client_id or f"commpulse-{self._host}",

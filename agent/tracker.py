@@ -593,6 +593,11 @@ class PeriodTracker:
         self._challenger_edge: float | None = None
         self._outer: float | None = None
         self._released: float | None = None
+        #: The locked period before the last window followed: a jittery job's window now and
+        #: then reads 4-5 % off, and the next one, as far the other way from it, is no step
+        #: change (a real FSDP job at 8 % step spread re-locked on that, and the window cut
+        #: to a few periods held no T for 8 s).
+        self._followed: float | None = None
 
     @property
     def expected(self) -> float | None:
@@ -642,7 +647,7 @@ class PeriodTracker:
             and _close(evidence, self._challenger, self._agree)
             and (edge is None or self._challenger_edge is None or edge > self._challenger_edge)
         ):
-            self._locked = evidence
+            self._locked, self._followed = evidence, None
             self._challenger = self._challenger_edge = None
             self._candidate, self._streak, self._misses = None, 0, 0
             return evidence
@@ -669,7 +674,7 @@ class PeriodTracker:
             self._outer = None
             return None
         if self._outer is not None and _close(period_s, self._outer, self._agree):
-            self._locked = period_s
+            self._locked, self._followed = period_s, None
             self._outer = self._challenger = self._challenger_edge = None
             self._candidate, self._streak, self._misses = None, 0, 0
             return period_s
@@ -701,6 +706,7 @@ class PeriodTracker:
         """
         self._released = self._locked
         self._locked = self._candidate = self._challenger = self._challenger_edge = None
+        self._followed = None
         self._outer = None
         self._streak = self._misses = 0
         return TrackerUpdate(None, False, False)
@@ -740,11 +746,14 @@ class PeriodTracker:
             if self.hop_s and self._locked is not None:
                 needed = max(needed, math.ceil(self._locked / self.hop_s))
             if self._misses >= needed:
-                self._locked = None
+                self._locked = self._followed = None
             return TrackerUpdate(self._locked, self._locked is not None, False)
         self._misses = 0
-        if self._locked is not None and _close(period_s, self._locked, self._change):
-            self._locked = period_s
+        if self._locked is not None and (
+            _close(period_s, self._locked, self._change)
+            or (self._followed is not None and _close(period_s, self._followed, self._change))
+        ):
+            self._followed, self._locked = self._locked, period_s
             self._candidate, self._streak = None, 0
             return TrackerUpdate(period_s, True, False)
         resumed = self._released is not None and _close(
@@ -762,7 +771,7 @@ class PeriodTracker:
         self._candidate_error = rel_error
         if self._streak >= self._switch_after(period_s, confidence):
             changed = self._locked is not None
-            self._locked = period_s
+            self._locked, self._followed = period_s, None
             self._candidate, self._streak, self._released = None, 0, None
             return TrackerUpdate(period_s, True, changed)
         return TrackerUpdate(self._locked, self._locked is not None, False)

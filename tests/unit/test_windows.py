@@ -198,6 +198,27 @@ def test_tracker_locks_after_two_agreeing_windows_and_relocks_after_a_change() -
     assert u.period_s == pytest.approx(1.31)
 
 
+def test_a_window_back_near_the_lock_before_the_last_one_is_no_change() -> None:
+    """A jittery job's window reads 4.5 % short and is followed; the next one reads 6 % above
+    that but 1.6 % above the lock before it: the job did not change, and the window is not
+    cut. A real change still re-locks, and the memory goes with the lock."""
+    tr = PeriodTracker(hop_s=1.0)
+    tr.update(1.388, confidence=0.9)
+    assert tr.update(1.326, confidence=0.4).period_s == pytest.approx(1.326)
+    u = tr.update(1.41, confidence=0.5)
+    assert not u.changed
+    assert u.period_s == pytest.approx(1.41)
+    assert not tr.update(1.405, confidence=0.6).changed
+    # A step change: two agreeing windows far from both re-lock.
+    assert tr.update(1.8, confidence=0.9).period_s == pytest.approx(1.405)
+    u = tr.update(1.81, confidence=0.9)
+    assert u.changed
+    assert u.period_s == pytest.approx(1.81)
+    # The period before the change is no longer a lock to come back to.
+    assert tr.update(1.41, confidence=0.9).period_s == pytest.approx(1.81)
+    assert tr.update(1.41, confidence=0.9).changed
+
+
 def test_a_weak_switch_waits_for_windows_spanning_one_new_period() -> None:
     """At a 1 s hop, two windows read nearly the same bursts: a lock of 2.43 s (steps of 2 or
     3 s at random) switched to a weak 7.0 s (runs of 2+2+3 s, confidence 0.08) on two of them.

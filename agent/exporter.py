@@ -253,6 +253,15 @@ def _nccl_families(snap: Snapshot) -> Iterator[Metric]:
         files = GaugeMetricFamily("commpulse_nccl_log_files", "NCCL log files being tailed.")
         files.add_metric([], float(stats.get("files", 0)))
         yield files
+        if "unread_bytes" in stats:
+            unread = GaugeMetricFamily(
+                "commpulse_nccl_log_unread_bytes",
+                "Bytes of the tailed NCCL logs left unread after the last poll (a poll reads up "
+                "to 16 MiB a file). Above zero for more than a few polls: the agent is behind "
+                "the job's logging; calls read while it catches up are counted, not timed.",
+            )
+            unread.add_metric([], float(stats["unread_bytes"]))
+            yield unread
     yield from _histogram(
         "commpulse_collective_message_bytes",
         "Collective size S of each COLL line (nccl-tests definition), since the agent started.",

@@ -117,6 +117,9 @@ class TailStats:
     truncations: int = 0
     rotations: int = 0
     files: int = 0
+    #: Bytes of the followed files not read yet after the last poll (a gauge): a poll reads at
+    #: most ``READ_CHUNKS_PER_POLL`` chunks a file, and a log written faster stays behind.
+    unread_bytes: int = 0
 
     def totals(self, **more: int) -> dict[str, int]:
         """The counts as a flat mapping (what :class:`SourceStats` carries)."""
@@ -137,6 +140,7 @@ class _File:
     old: list[_File] = field(default_factory=list)  # rotated predecessors still being drained
     mtime_ns: int = 0  # last write seen (parked files: when they were parked)
     size: int = 0  # size when parked
+    unread: int = 0  # bytes past ``offset`` left for the next poll when the last one ended
 
     @property
     def parked(self) -> bool:
@@ -332,7 +336,10 @@ class Tailer:
             before = f.offset
             texts += self._read_chunk(f)
             if f.offset - before < READ_CHUNK:
+                f.unread = 0  # a short read: the end of the file
                 break
+        else:
+            f.unread = max(0, self._size(f) - f.offset)
         return texts
 
     def _read_chunk(self, f: _File) -> list[str]:
@@ -531,6 +538,9 @@ class Tailer:
                 del self._files[path]
         self._park()
         self.stats.files = len(self._files)
+        self.stats.unread_bytes = sum(
+            f.unread + sum(old.unread for old in f.old) for f in self._files.values()
+        )
         return out
 
     def close(self) -> None:

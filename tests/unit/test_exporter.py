@@ -153,7 +153,7 @@ def test_nccl_log_health_and_message_sizes_are_exported_promtool_clean() -> None
     text = _snapshot_exposition(
         source_stats={"nccl_log": {"lines": 120, "coll_lines": 100, "warn_lines": 3,
                                    "unparsed_lines": 2, "overlong_lines": 1, "rotations": 1,
-                                   "truncations": 0, "files": 4}},
+                                   "truncations": 0, "files": 4, "unread_bytes": 5 << 20}},
         message_sizes=hist,
     )  # fmt: skip
     s = _samples(text)
@@ -161,6 +161,7 @@ def test_nccl_log_health_and_message_sizes_are_exported_promtool_clean() -> None
     assert s[("commpulse_nccl_log_lines_total", (("kind", "unparsed"),))] == 2.0
     assert s[("commpulse_nccl_log_file_events_total", (("event", "rotation"),))] == 1.0
     assert s[("commpulse_nccl_log_files", ())] == 4.0
+    assert s[("commpulse_nccl_log_unread_bytes", ())] == float(5 << 20)
     # le buckets: 1024 falls in le="1024", 1025 in the next; NaN (unknown S) is not counted
     assert s[("commpulse_collective_message_bytes_bucket", (("le", "1024"),))] == 1.0
     assert s[("commpulse_collective_message_bytes_bucket", (("le", "4096"),))] == 2.0

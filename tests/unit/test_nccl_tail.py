@@ -837,6 +837,25 @@ def test_a_busy_file_is_read_to_its_end_in_one_poll(tmp_path: Path) -> None:
     assert tail.poll_text() == []
 
 
+def test_what_a_poll_leaves_unread_is_reported(tmp_path: Path) -> None:
+    """A log written faster than a poll reads (16 MiB a file) leaves bytes for the next one;
+    the tailer says how many, for the operator's gauge, and 0 once it has caught up."""
+    path = tmp_path / "nccl.log"
+    path.write_bytes(b"")
+    tail = Tailer((str(path), str(tmp_path / "other.log")), read_from="beginning")
+    line = b"y" * 255 + b"\n"
+    path.write_bytes(line * (20 * (1 << 20) // len(line)))
+    (tmp_path / "other.log").write_bytes(line * 10)
+    assert tail.stats.unread_bytes == 0
+    tail.poll_text()
+    assert tail.stats.unread_bytes == 4 << 20
+    with path.open("ab") as fh:
+        fh.write(line * 4)
+    tail.poll_text()
+    assert tail.stats.unread_bytes == 0
+    assert tail.stats.totals()["unread_bytes"] == 0
+
+
 def test_a_backlog_read_is_counted_but_not_timed() -> None:
     """A read that catches up on a backlog (collectors/_lag.py) leaves its calls unplaced:
     they count in the totals, and none lands in the window at the poll's time."""

@@ -30,12 +30,15 @@ def stray_times(
     days, stamps all along, keeps them all). Needs three stamps: with two, neither is the odd
     one.
     """
-    rows = np.flatnonzero(timed) if timed is not None else np.arange(times_s.size)
+    # Stamps of a whole capture are tens of millions; in order (as recorders write them) and
+    # all timed, they are looked at in place, without the index arrays and sorted copy.
+    rows = None if timed is None or timed.all() else np.flatnonzero(timed)
+    t = times_s if rows is None else times_s[rows]
     stray = np.zeros(times_s.size, dtype=bool)
-    if rows.size < 3:
+    if t.size < 3:
         return stray
-    order = np.argsort(times_s[rows], kind="stable")
-    s = times_s[rows][order]
+    order = None if bool((t[1:] >= t[:-1]).all()) else np.argsort(t, kind="stable")
+    s = t if order is None else t[order]
     mid = s.size // 2
     odd = np.zeros(s.size, dtype=bool)
     gaps = np.flatnonzero(np.diff(s) > STRAY_GAP_S)
@@ -46,5 +49,6 @@ def stray_times(
         odd[int(above[0]) + 1 :] = True
     if s[mid] >= Y2000_S:
         odd |= s < Y2000_S
-    stray[rows[order[odd]]] = True
+    where = np.flatnonzero(odd) if order is None else order[odd]
+    stray[where if rows is None else rows[where]] = True
     return stray

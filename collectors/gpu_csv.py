@@ -130,6 +130,13 @@ def _is_missing(text: str) -> bool:
     return text.lower() in _MISSING or (text.startswith("[") and text.endswith("]"))
 
 
+#: How far past 0..1 a value may read and still be a measurement (clamped), not another scale:
+#: DCGM's profiling ratios, averaged by a script or converted from ``dcgmi dmon``, read 1.0002
+#: now and then, and one such cell rejected a whole 6 h recording (dcgm-exporter's own scrape
+#: allows 1.01 too).
+_OVERSHOOT = 0.01
+
+
 class _OffScale(ValueError):
     """A value outside its signal's range: the column is on another scale, not one bad row."""
 
@@ -144,7 +151,7 @@ def _value(cell: str, percent: bool) -> float:
     if not math.isfinite(v):
         return math.nan
     v = v / 100.0 if percent else v
-    if v < -1e-9 or v > 1.0 + 1e-6:
+    if v < -_OVERSHOOT or v > 1.0 + _OVERSHOOT:
         raise _OffScale(f"{cell.strip()!r} is outside 0..{'100 %' if percent else '1'}")
     return min(1.0, max(0.0, v))
 

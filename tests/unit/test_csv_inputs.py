@@ -207,6 +207,17 @@ def test_gpu_csv_errors_name_the_line(lines: list[str], line: int, fragment: str
     assert fragment in str(err.value)
 
 
+def test_a_ratio_a_hair_past_its_range_is_a_measurement_not_another_scale() -> None:
+    """DCGM's profiling ratios read 1.0002 (or -0.0005) now and then; one such cell rejected
+    a whole recording as "on another scale". Up to 1 % past the range is clamped; beyond, the
+    column is still refused (above: 1.5 and 150 %)."""
+    t = parse_gpu_csv(["time,gpu,sm_active,util", "1,0,1.0002,100.4", "2,0,-0.0005,-0.3"])
+    assert t.signals["sm_active"].tolist() == [1.0, 0.0]
+    assert t.signals["util"].tolist() == [1.0, 0.0]
+    with pytest.raises(InputFormatError, match=r"outside 0\.\.1"):
+        parse_gpu_csv(["time,gpu,sm_active", "1,0,1.02"])
+
+
 def test_gpu_reader_errors(tmp_path: Path) -> None:
     with pytest.raises(InputFormatError, match="cannot read"):
         read_gpu_csv(tmp_path / "nope.csv")

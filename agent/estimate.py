@@ -42,7 +42,7 @@ from agent.regime import (
     collective_shares,
 )
 from agent.rhythms import two_rhythms
-from agent.separation import DutySplit, best_signal, gpu_windows, split_duty
+from agent.separation import DutySplit, choose_signal, gpu_windows, split_duty
 from agent.sharding import steps_spanned
 from agent.tracker import SUSTAINED_CONFIDENCE
 
@@ -569,24 +569,24 @@ def _last_burst_end(
 
 def _gpu_activity(
     gpu: GpuSamples | None,
-) -> tuple[str | None, float | None, tuple[tuple[str, float], ...]]:
-    """The best GPU signal, its mean over the window (0..1), and every signal's mean.
+) -> tuple[str | None, float | None, tuple[tuple[str, float], ...], str | None]:
+    """The best GPU signal, its mean (0..1), every signal's mean, and why one was passed over.
 
-    Means over the whole window, bursts or not. A job hung in a collective keeps its GPUs
-    busy (NCCL kernels spin) while the network is silent; a finished job leaves them idle:
-    this tells the two apart.
+    The signal is :func:`choose_signal`'s. Means over the whole window, bursts or not. A job
+    hung in a collective keeps its GPUs busy (NCCL kernels spin) while the network is silent;
+    a finished job leaves them idle: this tells the two apart.
     """
     if gpu is None:
-        return None, None, ()
+        return None, None, (), None
     means: dict[str, float] = {}
     for signal, values in sorted(gpu.signals.items()):
         finite = values[np.isfinite(values)]
         if finite.size:
             means[signal] = float(finite.mean())
-    name = best_signal(set(gpu.signals))
+    name, passed_over = choose_signal(gpu.signals)
     if name is None:
-        return None, None, tuple(means.items())
-    return name, means.get(name), tuple(means.items())
+        return None, None, tuple(means.items()), None
+    return name, means.get(name), tuple(means.items()), passed_over
 
 
 def whole_periods(grid: GridSeries, period: PeriodResult) -> GridSeries:
@@ -1254,7 +1254,9 @@ def estimate(
         )
 
     split: DutySplit | None = None
-    gpu_signal, activity, activities = _gpu_activity(inputs.gpu)
+    gpu_signal, activity, activities, passed_over = _gpu_activity(inputs.gpu)
+    if passed_over:
+        warnings.append(passed_over)
     if (
         inputs.gpu is not None
         and gpu_signal is not None

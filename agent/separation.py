@@ -12,6 +12,7 @@ Per grid slot: ``u`` = network on-level in 0..1 from the burst levels, ``c`` = c
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -25,6 +26,7 @@ __all__ = [
     "DutySplit",
     "GpuWindows",
     "best_signal",
+    "choose_signal",
     "gpu_windows",
     "split_duty",
 ]
@@ -44,6 +46,36 @@ def best_signal(available: set[str] | frozenset[str]) -> str | None:
         if name in available:
             return name
     return None
+
+
+#: A tensor-pipe signal whose busiest samples stay under this shows a job without
+#: tensor-core work (FP32, or kernels that use none), not an idle GPU, where SM activity shows
+#: compute.
+NO_TENSOR_WORK = 0.05
+
+
+def choose_signal(signals: Mapping[str, FloatArray]) -> tuple[str | None, str | None]:
+    """The signal to split D on, and why a better-ranked one was passed over (or None).
+
+    By :data:`SIGNAL_RANK` among the signals that hold values: a column of only ``[N/A]``
+    (profiling off, a consumer GPU) was chosen and left "no GPU samples" where util had them.
+    ``tensor_active`` is passed over for ``sm_active`` when its busiest samples stay under
+    :data:`NO_TENSOR_WORK` and sm_active's do not: read as "the GPU never computes", it made
+    every burst exposed (an FP32 job, D 0.45 against 0.30). dcgm-exporter's default fields
+    include the tensor pipe, so this is the setup out of the box.
+    """
+    held = {name for name, values in signals.items() if bool(np.isfinite(values).any())}
+    name = best_signal(held)
+    if name == "tensor_active" and "sm_active" in held:
+        tensor = float(np.nanpercentile(signals["tensor_active"], 95))
+        sm = float(np.nanpercentile(signals["sm_active"], 95))
+        if tensor < NO_TENSOR_WORK <= sm:
+            return "sm_active", (
+                f"tensor_active stays under {NO_TENSOR_WORK:.0%} while sm_active shows "
+                "compute (no tensor-core work: FP32?); compute is told from communication "
+                "by sm_active"
+            )
+    return (name if name is not None else best_signal(set(signals))), None
 
 
 @dataclass(frozen=True)
@@ -195,7 +227,19 @@ def split_duty(
         return DutySplit(signal, True, None, None, None, interval, _apart(windows, t0, dt, rate))
     n = (csum_u[hi] - csum_u[lo])[inside] / count[inside]
     g = windows.value[inside]
+    weight = count[inside].astype(np.float64)
     low, busy = two_means(g)
+    idle = _idle_gpus(g, windows.gpu[inside], low, busy)
+    note = None
+    if idle:
+        keep = ~np.isin(windows.gpu[inside], idle)
+        n, g, weight = n[keep], g[keep], weight[keep]
+        low, busy = two_means(g)
+        listed = ", ".join(map(str, idle[:8])) + (", ..." if len(idle) > 8 else "")
+        note = (
+            f"GPU {listed} never computed in the window (idle, or another job's): left out "
+            "of the exposed/overlapped split"
+        )
     if busy < 0.05:
         c = np.zeros_like(g)  # the GPU does not compute at all
     elif busy - low < 0.25 * busy:
@@ -210,7 +254,6 @@ def split_duty(
         c == 0.0, n, np.where(c == 1.0, 0.0, np.minimum(np.clip(n, 0.0, 1.0), 1.0 - c))
     )
     n = np.clip(n, 0.0, None)
-    weight = count[inside].astype(np.float64)
     total = float(weight.sum())
     return DutySplit(
         signal=signal,
@@ -221,4 +264,24 @@ def split_duty(
         overlapped=float(np.einsum("i,i->", np.clip(n - exposed, 0.0, None), weight) / total),
         compute_fraction=float(np.einsum("i,i->", c, weight) / total),
         gpu_interval_s=interval,
+        reason=note,
     )
+
+
+#: A GPU whose busiest windows stay this far (a share of the way from the pooled low level to
+#: the busy one) above the low level never computed.
+_IDLE_GPU_SHARE = 0.25
+
+
+def _idle_gpus(value: FloatArray, gpu: npt.NDArray[np.int64], low: float, busy: float) -> list[int]:
+    """GPUs that never left the low level while the others computed (none if all did).
+
+    Pooled with the job's GPUs, an idle one (a 4-GPU job on an 8-GPU node, a spare) counts
+    every burst as exposed: a fully overlapped job read D 0.20 with four idle GPUs beside it.
+    """
+    if busy < 0.05 or busy - low < 0.25 * busy:
+        return []
+    ids = np.unique(gpu)
+    bar = low + _IDLE_GPU_SHARE * (busy - low)
+    idle = [int(k) for k in ids if float(np.percentile(value[gpu == k], 95)) < bar]
+    return idle if len(idle) < ids.size else []

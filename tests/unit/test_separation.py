@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from agent.separation import best_signal, gpu_windows, split_duty
+from agent.separation import best_signal, choose_signal, gpu_windows, split_duty
 from tests.signals import sample_bursts
 
 FS = 100.0
@@ -126,3 +126,55 @@ def test_samples_on_two_clocks_name_both_spans() -> None:
     assert "network 523412.000 to 523472.000 s" in split.reason
     assert "GPU 1796660000.000" in split.reason
     assert "one clock" in split.reason
+
+
+def test_a_tensor_pipe_that_never_works_gives_way_to_sm_activity() -> None:
+    """An FP32 job (no tensor-core work): tensor_active ~0.03 while computing. Read as "the
+    GPU never computes", every burst was exposed (D 0.45 against 0.30). sm_active is taken,
+    and the estimate says why; a tensor pipe that works keeps its rank."""
+    sm = np.where(np.arange(200) % 10 < 7, 0.85, 0.12)
+    low_tensor = {"tensor_active": np.full(200, 0.03), "sm_active": sm, "util": np.ones(200)}
+    name, note = choose_signal(low_tensor)
+    assert name == "sm_active"
+    assert note is not None
+    assert "tensor_active" in note
+    working = {**low_tensor, "tensor_active": np.where(sm > 0.5, 0.25, 0.0)}
+    assert choose_signal(working) == ("tensor_active", None)
+    # Neither shows compute: the ranking stands (nothing says which is right).
+    assert choose_signal({"tensor_active": np.zeros(9), "sm_active": np.full(9, 0.02)})[0] == (
+        "tensor_active"
+    )
+
+
+def test_a_signal_without_values_is_not_chosen() -> None:
+    """sm_active all [N/A] (profiling off, a consumer GPU) beside util: sm_active was chosen
+    and the estimate said "no GPU samples" although util had 9,600 of them."""
+    name, note = choose_signal({"sm_active": np.full(50, np.nan), "util": np.ones(50)})
+    assert (name, note) == ("util", None)
+    assert choose_signal({"sm_active": np.full(5, np.nan)})[0] == "sm_active"  # says so later
+    assert choose_signal({}) == (None, None)
+
+
+@pytest.mark.parametrize("overlap", [0.0, 0.5, 1.0])
+@pytest.mark.parametrize("idle", [1, 4])
+def test_idle_gpus_beside_the_job_are_left_out_of_the_split(overlap: float, idle: int) -> None:
+    """A 4-GPU job on an 8-GPU node, or a spare GPU: pooled with the job's, the idle ones
+    counted every burst as exposed (a fully overlapped job read D 0.20 with four idle)."""
+    period, comm = 2.0, 0.6
+    compute, net = _steps(period, comm, overlap)
+    rate = sample_bursts(net, FS, DURATION)
+    t, _, v = _gpu(compute, 0.1)
+    gpus = 8
+    times = np.tile(t, gpus)
+    ids = np.repeat(np.arange(gpus), t.size)
+    values = np.concatenate([v if k < gpus - idle else np.zeros(t.size) for k in range(gpus)])
+    split = split_duty(
+        rate, 0.0, 1.0 / FS, 0.0, 1.0, gpu_windows(times, ids, values),
+        signal="sm_active", shortest_phase_s=0.6,
+    )  # fmt: skip
+    assert split.exposed == pytest.approx(comm * (1 - overlap) / period, abs=0.02)
+    assert split.overlapped == pytest.approx(comm * overlap / period, abs=0.02)
+    assert split.reason is not None
+    assert f"GPU {', '.join(str(k) for k in range(gpus - idle, gpus))} never computed" in (
+        split.reason
+    )

@@ -49,6 +49,7 @@ from agent.rates import (
     poll_change,
 )
 from agent.regime_params import CallTable, arrivals_of, sharding_of, sparse_ops_of
+from agent.separation import DISTINGUISHING_SIGNALS
 from collectors._base import CallKey
 from collectors.counters_csv import CounterTable, read_counters_csv
 from collectors.gpu_csv import read_gpu_csv
@@ -447,18 +448,29 @@ def _gpu(paths: Sequence[Path], notes: list[str]) -> GpuSamples:
     """The files' GPU samples, GPUs numbered across files; what their rows lost goes to notes."""
     times: list[npt.NDArray[np.float64]] = []
     gpus: list[npt.NDArray[np.int64]] = []
-    signals: dict[str, list[npt.NDArray[np.float64]]] = {}
+    signals: dict[str, dict[int, npt.NDArray[np.float64]]] = {}
     offset = 0
-    for path in paths:
+    for i, path in enumerate(paths):
         table = read_gpu_csv(path)
         notes += [f"{path}: {w}" for w in table.warnings]
         times.append(table.times)
         gpus.append(table.gpu + offset)
         offset += int(table.gpu.max()) + 1
         for name, values in table.signals.items():
-            signals.setdefault(name, []).append(values)
-    n_files = len(paths)
-    merged = {k: np.concatenate(v) for k, v in signals.items() if len(v) == n_files}
+            signals.setdefault(name, {})[i] = values
+    # A signal some files lack is kept, unknown for their GPUs: dropped, a file with util only
+    # beside one with sm_active left the split to util, which cannot make one.
+    merged: dict[str, npt.NDArray[np.float64]] = {}
+    for name, by_file in signals.items():
+        merged[name] = np.concatenate(
+            [by_file.get(i, np.full(t.size, np.nan)) for i, t in enumerate(times)]
+        )
+        lacking = [str(paths[i]) for i in range(len(paths)) if i not in by_file]
+        if lacking and name in DISTINGUISHING_SIGNALS:
+            notes.append(
+                f"{name} is not in {', '.join(lacking)}: the GPUs there take no part in what "
+                f"{name} tells"
+            )
     return GpuSamples(times=np.concatenate(times), gpu=np.concatenate(gpus), signals=merged)
 
 

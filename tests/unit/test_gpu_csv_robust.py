@@ -256,3 +256,30 @@ def test_a_comment_that_mentions_gpus_is_no_dmon_table() -> None:
     with pytest.raises(InputFormatError, match="unrecognised GPU CSV header") as err:
         parse_gpu_csv(["# gpu utilisation, node 3", "foo,bar"])
     assert err.value.line == 2
+
+
+def test_a_signal_one_gpu_file_lacks_is_kept_for_the_gpus_that_have_it(tmp_path: Path) -> None:
+    """GPUs 0-3 recorded sm_active and util, GPUs 4-7 util only: sm_active was dropped for
+    all, and the split fell to util, which cannot make one. It is kept (unknown for the
+    second file's GPUs), and the analysis says which file lacks it."""
+    a = _write(
+        tmp_path / "a.csv",
+        ["time,gpu,sm_active,util"]
+        + [
+            f"{0.1 * k:.1f},{g},{0.85 if k % 10 < 7 else 0.1},100"
+            for k in range(40)
+            for g in range(4)
+        ],
+    )
+    b = _write(
+        tmp_path / "b.csv",
+        ["time,gpu,util"] + [f"{0.1 * k:.1f},{g},100" for k in range(40) for g in range(4)],
+    )
+    result = analyze_files(gpu=[a, b])
+    gpu = result.inputs.gpu
+    assert gpu is not None
+    sm = gpu.signals["sm_active"]
+    assert np.isfinite(sm[gpu.gpu < 4]).all()
+    assert np.isnan(sm[gpu.gpu >= 4]).all()
+    assert result.estimate.gpu_signal == "sm_active"
+    assert any(f"sm_active is not in {b}" in w for w in result.estimate.warnings)

@@ -12,6 +12,7 @@ Per grid slot: ``u`` = network on-level in 0..1 from the burst levels, ``c`` = c
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -100,6 +101,8 @@ class GpuWindows:
     value: FloatArray
     gpu: npt.NDArray[np.int64]
     interval_s: float
+    #: GPUs left out because most of their samples share a time stamp (whole seconds at 10 Hz).
+    stacked: int = 0
 
 
 def gpu_windows(times: FloatArray, gpu: npt.NDArray[np.int64], values: FloatArray) -> GpuWindows:
@@ -109,6 +112,7 @@ def gpu_windows(times: FloatArray, gpu: npt.NDArray[np.int64], values: FloatArra
     report that way); a GPU's first sample gets the window length of its median spacing.
     """
     starts, ends, vals, ids, steps = [], [], [], [], []
+    stacked = 0
     for g in np.unique(gpu):
         sel = gpu == g
         t, v = times[sel], values[sel]
@@ -118,6 +122,7 @@ def gpu_windows(times: FloatArray, gpu: npt.NDArray[np.int64], values: FloatArra
             continue
         step = float(np.median(np.diff(t)))
         if step <= 0:
+            stacked += 1
             continue
         # Windows come from every sample time, so a sample after a missing one (NaN) or a
         # gap does not claim the missing window; only then are the NaN values dropped.
@@ -132,13 +137,14 @@ def gpu_windows(times: FloatArray, gpu: npt.NDArray[np.int64], values: FloatArra
         ids.append(np.full(int(ok.sum()), g, dtype=np.int64))
     if not steps:
         empty = np.empty(0)
-        return GpuWindows(empty, empty, empty, np.empty(0, dtype=np.int64), float("nan"))
+        return GpuWindows(empty, empty, empty, np.empty(0, dtype=np.int64), math.nan, stacked)
     return GpuWindows(
         start=np.concatenate(starts),
         end=np.concatenate(ends),
         value=np.concatenate(vals),
         gpu=np.concatenate(ids),
         interval_s=float(np.median(steps)),
+        stacked=stacked,
     )
 
 
@@ -210,6 +216,12 @@ def split_duty(
             signal, True, None, None, None, interval,
             f"GPU samples every {interval:.3g} s cannot resolve phases of "
             f"{shortest_phase_s:.3g} s; D is the network on-fraction",
+        )  # fmt: skip
+    if windows.value.size == 0 and windows.stacked:
+        return DutySplit(
+            signal, True, None, None, None, interval,
+            "the GPU samples share their time stamps (whole seconds at a faster rate?), so "
+            "they cannot be placed against the network's; D is the network on-fraction",
         )  # fmt: skip
     if on_level <= off_level or windows.value.size == 0:
         return DutySplit(signal, True, None, None, None, interval, "no GPU samples")

@@ -257,6 +257,15 @@ def _layout(cells: list[str], path: Path | str, lineno: int) -> tuple[_Layout, b
         fields = list(_SMI_DEFAULT)  # noheader: the query order
     signals = {i: _SMI_FIELDS[f] for i, f in enumerate(fields) if f in _SMI_FIELDS}
     if not signals:
+        named = sorted(set(fields) & set(KNOWN_SIGNALS))
+        if named:  # ``timestamp,gpu,sm_active``: the named layout with nvidia-smi's time name
+            raise InputFormatError(
+                path,
+                f"header names {', '.join(named)} beside 'timestamp': the named layout is "
+                f"'time,gpu,{','.join(named)}' (time in seconds); nvidia-smi's CSV has a "
+                "utilization.gpu column",
+                line=lineno,
+            )
         raise InputFormatError(path, "no utilization.gpu column in the nvidia-smi CSV", line=lineno)
     g_col = fields.index("index") if "index" in fields else -1
     id_col = next((fields.index(f) for f in _SMI_IDS if f in fields), -1)

@@ -179,6 +179,9 @@ def test_format_errors_stay_fatal_rather_than_misread() -> None:
     # in the default order (temperature read as utilisation).
     with pytest.raises(InputFormatError, match=r"no utilization\.gpu column"):
         parse_gpu_csv(["timestamp, index, temperature.gpu", "2024/05/01 12:00:00.123, 0, 45"])
+    # The named layout with nvidia-smi's name for the time column: say what the header is.
+    with pytest.raises(InputFormatError, match=r"the named layout is 'time,gpu,sm_active'"):
+        parse_gpu_csv(["timestamp,gpu,sm_active", "1.0,0,0.5"])
     # Without a header, a later row that holds no GPU index still refuses the file: skipping it
     # would keep the rows whose utilisation happens to be small enough to pass for an index.
     with pytest.raises(InputFormatError, match="holds 87: the query was not in the order"):

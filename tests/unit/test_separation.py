@@ -178,3 +178,19 @@ def test_idle_gpus_beside_the_job_are_left_out_of_the_split(overlap: float, idle
     assert f"GPU {', '.join(str(k) for k in range(gpus - idle, gpus))} never computed" in (
         split.reason
     )
+
+
+def test_samples_stamped_in_whole_seconds_say_why_they_cannot_be_placed() -> None:
+    """10 Hz samples stamped in whole seconds share their stamps: no window can be made, and
+    the reason was "no GPU samples" beside 9,600 of them."""
+    compute, net = _steps(2.0, 0.6, 0.0)
+    rate = sample_bursts(net, FS, DURATION)
+    t, g, v = _gpu(compute, 0.1)
+    windows = gpu_windows(np.floor(t), g, v)
+    assert windows.stacked == 1
+    split = split_duty(
+        rate, 0.0, 1.0 / FS, 0.0, 1.0, windows, signal="sm_active", shortest_phase_s=0.6
+    )
+    assert split.exposed is None
+    assert split.reason is not None
+    assert "share their time stamps" in split.reason

@@ -1277,6 +1277,7 @@ def estimate(
             windows,
             signal=gpu_signal,
             shortest_phase_s=shortest,
+            period_s=t,
         )
         if split.reason:
             warnings.append(split.reason)

@@ -183,6 +183,7 @@ def split_duty(
     *,
     signal: str,
     shortest_phase_s: float | None,
+    period_s: float | None = None,
 ) -> DutySplit:
     """Exposed / overlapped communication from the network grid and GPU sample windows.
 
@@ -202,6 +203,8 @@ def split_duty(
         signal: which signal the windows hold.
         shortest_phase_s: the shorter of the communication and compute phases; the GPU
             samples must be at most half of it to see the phases apart.
+        period_s: T, if known: the GPU samples are then checked against the network for a
+            clock offset (:func:`_idle_and_silent`).
     """
     interval = windows.interval_s
     distinguishing = signal in DISTINGUISHING_SIGNALS
@@ -240,15 +243,16 @@ def split_duty(
     n = (csum_u[hi] - csum_u[lo])[inside] / count[inside]
     g = windows.value[inside]
     weight = count[inside].astype(np.float64)
+    lo, hi = lo[inside], hi[inside]
     low, busy = two_means(g)
     idle = _idle_gpus(g, windows.gpu[inside], low, busy)
-    note = None
+    notes: list[str] = []
     if idle:
         keep = ~np.isin(windows.gpu[inside], idle)
-        n, g, weight = n[keep], g[keep], weight[keep]
+        n, g, weight, lo, hi = n[keep], g[keep], weight[keep], lo[keep], hi[keep]
         low, busy = two_means(g)
         listed = ", ".join(map(str, idle[:8])) + (", ..." if len(idle) > 8 else "")
-        note = (
+        notes.append(
             f"GPU {listed} never computed in the window (idle, or another job's): left out "
             "of the exposed/overlapped split"
         )
@@ -262,6 +266,10 @@ def split_duty(
     # whole window: none is), so their noise averages out instead of being clipped; only
     # windows that straddle a transition go through min(n, 1 - c).
     c = np.where(c >= 0.9, 1.0, np.where(c <= 0.1, 0.0, c))
+    if period_s is not None:
+        apart = _idle_and_silent((csum_u, csum_k), lo, hi, c == 0.0, weight, dt, interval, period_s)
+        if apart:
+            notes.append(apart)
     exposed = np.where(
         c == 0.0, n, np.where(c == 1.0, 0.0, np.minimum(np.clip(n, 0.0, 1.0), 1.0 - c))
     )
@@ -276,8 +284,69 @@ def split_duty(
         overlapped=float(np.einsum("i,i->", np.clip(n - exposed, 0.0, None), weight) / total),
         compute_fraction=float(np.einsum("i,i->", c, weight) / total),
         gpu_interval_s=interval,
-        reason=note,
+        reason="; ".join(notes) or None,
     )
+
+
+#: GPU-idle samples with the network silent, as a share of all GPU-idle ones, from which the
+#: two are judged out of step.
+_SILENT_IDLE = 0.3
+
+
+def _idle_and_silent(
+    csums: tuple[FloatArray, npt.NDArray[np.int64]],
+    lo: npt.NDArray[np.int64],
+    hi: npt.NDArray[np.int64],
+    idle: npt.NDArray[np.bool_],
+    weight: FloatArray,
+    dt: float,
+    interval: float,
+    period_s: float,
+) -> str | None:
+    """Why the GPUs idle while the network is silent, if they often do (None: they do not).
+
+    A training step's GPU waits for exposed communication: its idle samples fall on bursts.
+    Samples on two clocks (a GPU file in local time, a host clock off) put them elsewhere,
+    and the split reads what it is given: a second's offset on 2 s steps made an exposed
+    share of 0.30 read 0.00 ("all hidden"), with no word. The GPU samples are shifted against
+    the network by up to half a period: if the idle ones then fall on bursts, the offset is
+    named; if no shift does it, the step waits on something else (data loading, the CPU).
+    """
+    csum_u, csum_k = csums
+    total = float(weight[idle].sum())
+    if int(idle.sum()) < 8 or total < 0.1 * float(weight.sum()):
+        return None
+    size = csum_k.size - 1
+
+    def silent_share(shift: int) -> float:
+        a, b = np.clip(lo + shift, 0, size), np.clip(hi + shift, 0, size)
+        known = csum_k[b] - csum_k[a]
+        on = np.where(known > 0, (csum_u[b] - csum_u[a]) / np.maximum(known, 1), np.nan)
+        seen = idle & np.isfinite(on)
+        if float(weight[seen].sum()) < 0.5 * total:
+            return math.nan
+        return float(weight[seen & (on <= 0.1)].sum() / weight[seen].sum())
+
+    here = silent_share(0)
+    if not here >= _SILENT_IDLE:
+        return None
+    step = max(1, round(interval / dt))
+    reach = int(0.5 * period_s / dt)
+    shifts = [k for k in range(-reach, reach + 1, step) if k]
+    shares = np.array([silent_share(k) for k in shifts])
+    ok = np.isfinite(shares)
+    text = f"the GPUs idle while the network is silent in {here:.0%} of their idle samples"
+    if ok.any():
+        least = float(np.nanmin(shares))
+        # (How far is not said: the idle samples fit inside the bursts over a range of
+        # shifts, and whole steps more fit as well.)
+        if least <= 0.5 * here and least < _SILENT_IDLE:
+            return (
+                f"{text}, and shifted by part of a step they would idle on its bursts: are the "
+                "GPU and network samples on one clock (time zone, host clock)? The "
+                "exposed/overlapped split takes them as given"
+            )
+    return f"{text}: the step waits on something besides communication (data loading, the CPU)"
 
 
 #: A GPU whose busiest windows stay this far (a share of the way from the pooled low level to

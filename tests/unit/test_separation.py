@@ -194,3 +194,44 @@ def test_samples_stamped_in_whole_seconds_say_why_they_cannot_be_placed() -> Non
     assert split.exposed is None
     assert split.reason is not None
     assert "share their time stamps" in split.reason
+
+
+@pytest.mark.parametrize("shift", [0.0, 0.3, 0.5, 1.0, -0.5])
+def test_gpu_samples_on_another_clock_are_named(shift: float) -> None:
+    """GPU samples stamped a second late read an exposed share of 0.30 as 0.00 ("all hidden")
+    with no word. Their idle samples then fall where the network is silent, and shifted by
+    part of a step they would fall on its bursts: the split says to check the clocks."""
+    period, comm = 2.0, 0.9
+    compute, net = _steps(period, comm, 1.0 / 3.0)
+    rate = sample_bursts(net, FS, DURATION)
+    t, g, v = _gpu(compute, 0.1)
+    split = split_duty(
+        rate, 0.0, 1.0 / FS, 0.0, 1.0, gpu_windows(t + shift, g, v),
+        signal="sm_active", shortest_phase_s=0.6, period_s=period,
+    )  # fmt: skip
+    if shift == 0.0:
+        assert split.reason is None
+        assert split.exposed == pytest.approx(0.3, abs=0.02)
+    else:
+        assert split.reason is not None
+        assert "on one clock" in split.reason
+
+
+def test_a_gpu_that_idles_without_communication_is_told() -> None:
+    """Aligned samples, but each step also idles 0.4 s with the network silent (waiting on
+    data): no shift explains it, and the split says the step waits on something else, while
+    its exposed share stays right."""
+    period, comm = 2.0, 0.6
+    compute, net = _steps(period, comm, 0.0)
+    holes = np.column_stack(
+        (compute[:, 0], compute[:, 0] + 0.6, compute[:, 0] + 1.0, compute[:, 1])
+    )
+    gappy = np.concatenate((holes[:, :2], holes[:, 2:]))
+    t, g, v = _gpu(gappy[np.argsort(gappy[:, 0])], 0.1)
+    split = split_duty(
+        sample_bursts(net, FS, DURATION), 0.0, 1.0 / FS, 0.0, 1.0, gpu_windows(t, g, v),
+        signal="sm_active", shortest_phase_s=0.4, period_s=period,
+    )  # fmt: skip
+    assert split.exposed == pytest.approx(comm / period, abs=0.02)
+    assert split.reason is not None
+    assert "waits on something besides communication" in split.reason

@@ -219,6 +219,15 @@ class DcgmExporterSource:
             except InputFormatError as exc:
                 raise SourceError(self.name, f"{self._cfg.url}: {exc.reason}") from None
             self.skipped_series += scrape.skipped
+            if not scrape.gpus and scrape.skipped:
+                # The fields are there, but no series could be read: relabelled away from a
+                # numeric ``gpu`` label (a UUID in it), or every value NaN or out of range.
+                raise SourceUnavailable(
+                    self.name,
+                    f"{self._cfg.url}: none of its {scrape.skipped} GPU activity series has a "
+                    'numeric gpu label (dcgm-exporter\'s gpu="0"; relabelled, or a UUID?) and '
+                    "a value in range",
+                )
             if not scrape.gpus:
                 raise SourceUnavailable(
                     self.name,

@@ -230,6 +230,18 @@ def test_exposition_without_activity_fields_says_which_to_enable(exporter: _Expo
         _collect(DcgmExporterSource(cfg, clock=MonotonicClock()), 1)
 
 
+def test_series_relabelled_away_from_a_gpu_number_say_so(exporter: _Exporter) -> None:
+    """A relabelled exporter (gpu="GPU-<uuid>", or no gpu label): the fields are there but no
+    series names a GPU; the source said to enable a field that was already enabled."""
+    exporter.body = (
+        b'DCGM_FI_PROF_SM_ACTIVE{gpu="GPU-3f2a",UUID="GPU-3f2a"} 0.5\n'
+        b'DCGM_FI_DEV_GPU_UTIL{UUID="GPU-3f2a"} 40\n'
+    )
+    cfg = DcgmExporterConfig(enabled=True, url=exporter.url)
+    with pytest.raises(SourceUnavailable, match="none of its 2 GPU activity series has a numeric"):
+        _collect(DcgmExporterSource(cfg, clock=MonotonicClock()), 1)
+
+
 def test_gpus_without_a_field_in_common_are_unavailable_with_the_reason(
     exporter: _Exporter,
 ) -> None:

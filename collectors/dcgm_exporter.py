@@ -97,8 +97,11 @@ def _mig_slices(profile: str) -> int:
 
 def _weighted(instances: dict[str, tuple[int, list[float]]]) -> float:
     """Slice-weighted mean over MIG instances of each instance's mean over its series."""
-    total = sum(w for w, _ in instances.values())
-    return sum(w * sum(v) / len(v) for w, v in instances.values()) / total
+    known = [(w, v) for w, v in instances.values() if v]
+    if not known:
+        return math.nan
+    total = sum(w for w, _ in known)
+    return sum(w * sum(v) / len(v) for w, v in known) / total
 
 
 def parse_dcgm_metrics(text: str) -> DcgmScrape:
@@ -123,14 +126,24 @@ def parse_dcgm_metrics(text: str) -> DcgmScrape:
         for sample in family.samples:
             gpu_label = sample.labels.get("gpu", "")
             value = float(sample.value) * factor
-            if not gpu_label.isdigit() or not math.isfinite(value) or not -1e-6 <= value <= 1.01:
+            finite = math.isfinite(value)
+            if not (gpu_label.isascii() and gpu_label.isdigit()) or (
+                finite and not -1e-6 <= value <= 1.01
+            ):
                 skipped += 1
                 continue
             gpu = int(gpu_label)
             instances = sums.setdefault(gpu, {}).setdefault(signal, {})
             instance = sample.labels.get("GPU_I_ID", "")
             slices = _mig_slices(sample.labels.get("GPU_I_PROFILE", ""))
-            instances.setdefault(instance, (slices, []))[1].append(min(max(value, 0.0), 1.0))
+            values = instances.setdefault(instance, (slices, []))[1]
+            if finite:
+                values.append(min(max(value, 0.0), 1.0))
+            else:
+                # Unknown this scrape, but the GPU has the field: dropped, one GPU's NaN took
+                # the field from every GPU's reading, and the changed signal set restarted the
+                # GPU window.
+                skipped += 1
             model = sample.labels.get("modelName")
             if model:
                 models[gpu] = model

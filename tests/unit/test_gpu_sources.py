@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import ctypes
 import http.server
+import math
 import sys
 import threading
 import time
@@ -86,8 +87,26 @@ def test_bad_series_are_counted_not_used() -> None:
         'DCGM_FI_PROF_SM_ACTIVE{gpu="2"} 7.5\n'
     )
     scrape = parse_dcgm_metrics(text)
-    assert scrape.gpus == {0: {"sm_active": 0.5}}
+    assert scrape.gpus[0] == {"sm_active": 0.5}
+    assert math.isnan(scrape.gpus[1]["sm_active"])  # the GPU has the field: unknown this time
+    assert set(scrape.gpus) == {0, 1}
     assert scrape.skipped == 3
+    assert parse_dcgm_metrics('DCGM_FI_DEV_GPU_UTIL{gpu="²"} 40\n').skipped == 1
+
+
+def test_one_gpus_nan_keeps_the_field_for_every_gpu() -> None:
+    """A transient NaN on one GPU took its field from the scrape's common set: every GPU's
+    reading fell to util for that scrape, and the changed signal set restarted the window."""
+    text = (
+        'DCGM_FI_PROF_SM_ACTIVE{gpu="0"} 0.5\n'
+        'DCGM_FI_PROF_SM_ACTIVE{gpu="1"} NaN\n'
+        'DCGM_FI_DEV_GPU_UTIL{gpu="0"} 100\n'
+        'DCGM_FI_DEV_GPU_UTIL{gpu="1"} 40\n'
+    )
+    scrape = parse_dcgm_metrics(text)
+    assert scrape.signals == ("sm_active", "util")
+    assert scrape.gpus[1]["util"] == pytest.approx(0.4)
+    assert math.isnan(scrape.gpus[1]["sm_active"])
 
 
 def test_a_gpu_missing_a_field_limits_the_signal_set_to_the_common_one() -> None:

@@ -217,6 +217,24 @@ def test_gpu_samples_on_another_clock_are_named(shift: float) -> None:
         assert "on one clock" in split.reason
 
 
+def test_an_idle_spell_longer_than_the_burst_is_no_clock_offset() -> None:
+    """Each 2 s step computes 0.9 s, waits 0.5 s for data with the network silent, then
+    communicates 0.6 s exposed. No shift puts 1.1 s of idle samples on a 0.6 s burst: the
+    split does not ask about the clocks (a live probe was asked), and says the step waits."""
+    starts = np.arange(0.0, DURATION, 2.0)
+    compute = np.column_stack((starts, starts + 0.9))
+    net = np.column_stack((starts + 1.4, starts + 2.0, np.ones(starts.size)))
+    t, g, v = _gpu(compute, 0.1)
+    split = split_duty(
+        sample_bursts(net, FS, DURATION), 0.0, 1.0 / FS, 0.0, 1.0, gpu_windows(t, g, v),
+        signal="sm_active", shortest_phase_s=0.5, period_s=2.0,
+    )  # fmt: skip
+    assert split.exposed == pytest.approx(0.3, abs=0.02)
+    assert split.reason is not None
+    assert "one clock" not in split.reason
+    assert "waits on something besides communication" in split.reason
+
+
 def test_a_gpu_that_idles_without_communication_is_told() -> None:
     """Aligned samples, but each step also idles 0.4 s with the network silent (waiting on
     data): no shift explains it, and the split says the step waits on something else, while

@@ -210,15 +210,24 @@ class DcgmExporterSource:
         return body.decode("utf-8", errors="replace")
 
     def readings(self, scrape: DcgmScrape, now: float) -> list[GpuReading]:
-        """The readings of one scrape: GPUs whose values changed, or were quiet too long."""
-        out = []
-        for gpu, values in sorted(scrape.gpus.items()):
-            last = self._last.get(gpu)
-            if last is not None and last[1] == values and now - last[0] < self._cfg.max_silence_s:
-                continue
+        """Every GPU's reading when any GPU's values changed (or were quiet too long).
+
+        DCGM updates all GPUs at its ``-c`` interval, so one changed value is a new sample of
+        each. Emitted one GPU at a time, an idle GPU (exactly 0.0 every time) came once per
+        ``max_silence_s``: the median sample spacing of a node with four idle GPUs of eight
+        read 5 s, and the exposed/overlapped split was refused ("GPU samples every 5.07 s").
+        """
+        ticked = any(
+            (last := self._last.get(gpu)) is None
+            or last[1] != values
+            or now - last[0] >= self._cfg.max_silence_s
+            for gpu, values in scrape.gpus.items()
+        )
+        if not ticked:
+            return []
+        for gpu, values in scrape.gpus.items():
             self._last[gpu] = (now, values)
-            out.append(GpuReading(now, gpu, dict(values)))
-        return out
+        return [GpuReading(now, gpu, dict(values)) for gpu, values in sorted(scrape.gpus.items())]
 
     async def run(self, emit: Emit) -> None:
         """Scrape until cancelled; an endpoint that is down raises (the pipeline retries)."""

@@ -223,6 +223,22 @@ def test_unchanged_values_are_not_sampled_again_until_max_silence(exporter: _Exp
     assert reading.time_s == clock.now()
 
 
+def test_a_change_on_one_gpu_is_a_new_sample_of_every_gpu(exporter: _Exporter) -> None:
+    """DCGM updates every GPU at its interval: an idle GPU reading exactly 0.0 each time was
+    emitted once per max_silence_s, and four such GPUs of eight made the median spacing 5 s
+    (the split refused: "GPU samples every 5.07 s")."""
+    source = DcgmExporterSource(
+        DcgmExporterConfig(enabled=True, url=exporter.url, max_silence_s=10.0), clock=FakeClock()
+    )
+    busy = [80, 20, 80, 20]
+    for k in range(20):
+        values = [busy[k % 4], 0, 0, 0]  # GPU 0 changes, GPUs 1-3 idle at exactly 0
+        out = source.readings(parse_dcgm_metrics(_gpu_util(values).decode()), 0.1 * k)
+        assert sorted(r.gpu for r in out) == [0, 1, 2, 3]
+    # Nothing changed on any GPU: no new sample of any.
+    assert source.readings(parse_dcgm_metrics(_gpu_util(values).decode()), 2.05) == []
+
+
 def test_endpoint_down_is_unavailable_with_the_reason(exporter: _Exporter) -> None:
     url = exporter.url
     exporter.close()

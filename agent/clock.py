@@ -24,6 +24,10 @@ class Clock(Protocol):
         """The same, blocking the calling thread (for sampling threads)."""
         ...
 
+    def wall_offset(self) -> float | None:
+        """Wall-clock (epoch) seconds minus :meth:`now`; None where the clock has no wall time."""
+        ...
+
 
 class MonotonicClock:
     """The real clock: ``time.monotonic`` and ``asyncio.sleep``."""
@@ -43,12 +47,21 @@ class MonotonicClock:
         if delay > 0:
             time.sleep(delay)
 
+    def wall_offset(self) -> float | None:
+        """``time.time() - time.monotonic()`` now (it moves only when the wall clock is set)."""
+        return time.time() - time.monotonic()
+
 
 class FakeClock:
     """A clock that only moves when told to; for tests of loops and windows."""
 
-    def __init__(self, start: float = 0.0) -> None:
+    def __init__(self, start: float = 0.0, *, wall_offset: float | None = None) -> None:
         self._now = start
+        self._wall_offset = wall_offset
+
+    def wall_offset(self) -> float | None:
+        """The wall-clock offset it was given (None: no wall time)."""
+        return self._wall_offset
 
     def now(self) -> float:
         """The current fake time."""

@@ -43,7 +43,7 @@ from agent.clock import Clock
 from agent.errors import ConfigError, InputFormatError, SourceUnavailable
 from collectors._base import Emit, GpuReading, Reading
 from collectors._config import check_interval, doc
-from collectors._lag import ArrivalLag
+from collectors._lag import WallStamps
 from collectors._sampler import Sampler
 from collectors._text import Skipped, read_text_file
 from collectors.nccl_tail import Tailer
@@ -488,9 +488,11 @@ class GpuCsvSource:
     """GPU samples from a CSV: followed as it grows, or a recording replayed in real time.
 
     CSV times (nvidia-smi's local wall clock, or any origin) are mapped onto the agent's
-    monotonic clock: in follow mode with the smallest arrival-minus-sample lag of the last
-    30 s (a row cannot arrive before it was sampled; a recorder restarted with another time
-    origin is followed within that), in replay mode from the start of the replay.
+    monotonic clock: in follow mode, times on this host's wall clock (up to a minute before
+    their row is read) as they are, others with the smallest arrival-minus-sample lag of the
+    last 30 s (a row cannot arrive before it was sampled; a recorder restarted with another
+    time origin is followed within that: ``collectors._lag``); in replay mode from the start
+    of the replay.
     """
 
     name = "gpu_csv"
@@ -550,7 +552,7 @@ class GpuCsvSource:
             tailer.close()
             raise SourceUnavailable(self.name, f"{self._path} does not exist (yet)")
         parser = GpuCsvParser(self._path)
-        lags = ArrivalLag()
+        lags = WallStamps(self._clock.wall_offset)
 
         def sweep() -> list[Reading]:
             arrival = self._clock.now()

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from collectors._lag import LAG_HORIZON_S, ArrivalLag
+from collectors._lag import LAG_HORIZON_S, WALL_STAMP_S, ArrivalLag, WallStamps
 
 OFFSET = 1000.0  # agent clock minus wall clock
 
@@ -128,3 +128,44 @@ def test_lines_waiting_in_a_buffer_are_not_a_backlog() -> None:
         if k > int(LAG_HORIZON_S / 0.2):
             assert np.all(placed - written < 0.2)
     assert unplaced == 0
+
+
+WALL = 1.7e9  # wall clock minus agent clock
+
+
+def test_rows_on_the_hosts_wall_clock_are_placed_as_stamped() -> None:
+    """GPU rows at 10 Hz read every 0.2 s (or flushed 0.5 s late): the least lag held a fixed
+    part of the delivery delay, and the samples landed that late against the network's (an
+    exposed share of 0.15 read 0.069, or 0.000). On this host's wall clock they are exact."""
+    for delay in (0.0, 0.5):
+        lags = WallStamps(lambda: WALL)
+        for k in range(100):
+            sampled = 10.0 + 0.1 * k
+            arrival = 10.0 + 0.2 * (k // 2 + 1) + delay  # read at the next 0.2 s poll
+            assert lags.time(sampled + WALL, arrival) == pytest.approx(sampled, abs=1e-6)
+
+
+def test_stamps_not_on_this_wall_clock_fall_back_to_the_lag() -> None:
+    """Stamps ahead of their arrival (another clock), an hour off (local time read as UTC),
+    or without a wall clock to compare with: the least lag places them, as before."""
+    for shift in (+0.4, -3600.0):
+        wall = WallStamps(lambda: WALL)
+        plain = ArrivalLag()
+        for k in range(50):
+            arrival = 5.0 + 0.1 * k + 0.05
+            stamp = WALL + arrival - 0.05 + shift  # written 50 ms before its read, on a clock off
+            assert wall.time(stamp, arrival) == plain.time(stamp, arrival)
+    no_wall, plain = WallStamps(lambda: None), ArrivalLag()
+    assert no_wall.time(WALL + 1.0, 3.0) == plain.time(WALL + 1.0, 3.0)
+    assert no_wall.time(None, 3.0) == 3.0
+
+
+def test_a_backlog_older_than_the_window_is_placed_by_the_fresh_rows_lag() -> None:
+    """Rows from ten minutes ago (a file read from its start) are placed by the lag that the
+    fresh rows, stamped on the wall clock, keep current: in the past, not on their read."""
+    lags = WallStamps(lambda: WALL)
+    for k in range(20):  # fresh rows, read 10 ms after their stamp
+        lags.time(WALL + 600.0 + 0.1 * k, 600.0 + 0.1 * k + 0.01)
+    old = lags.time(WALL + 5.0, 602.0)
+    assert old == pytest.approx(5.0 + 0.01, abs=1e-6)
+    assert 602.0 - old > WALL_STAMP_S

@@ -530,3 +530,22 @@ def test_lower_case_field_names_are_read() -> None:
     )
     scrape = parse_dcgm_metrics(text)
     assert scrape.gpus[0]["gr_engine_active"] == pytest.approx(0.25)
+
+
+def test_a_followed_gpu_csv_on_the_hosts_wall_clock_keeps_its_stamps(tmp_path: Path) -> None:
+    """Rows stamped in epoch seconds, read late (a poll, a recorder's flush): placed at their
+    stamps on the agent's clock, not at the least read delay after them (a live probe's GPU
+    samples landed 0-0.5 s late, and the exposed share read 0.069-0.000 against 0.15)."""
+    from collectors.gpu_csv import GpuCsvConfig, GpuCsvSource
+    from tests.sources import collect_until
+
+    wall = 1.7e9
+    path = tmp_path / "gpu.csv"
+    path.write_text("time,gpu,sm_active\n" + "".join(
+        f"{wall + 99.0 + 0.1 * k:.3f},0,0.5\n" for k in range(5)
+    ))  # fmt: skip
+    clock = FakeClock(100.0, wall_offset=wall)
+    source = GpuCsvSource(GpuCsvConfig(enabled=True, path=path, mode="follow"), clock=clock)
+    out = asyncio.run(collect_until(source, GpuReading, 5))
+    times = [r.time_s for r in out if isinstance(r, GpuReading)]
+    assert times == pytest.approx([99.0 + 0.1 * k for k in range(5)], abs=1e-3)

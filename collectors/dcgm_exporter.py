@@ -192,6 +192,7 @@ class DcgmExporterSource:
         self._cfg = config
         self._clock = clock
         self._last: dict[int, tuple[float, dict[str, float]]] = {}  # gpu → (emitted at, values)
+        self._scraped: float | None = None  # when the last scrape was parsed
         self.skipped_series = 0
 
     def _fetch(self) -> str:
@@ -223,11 +224,20 @@ class DcgmExporterSource:
             or now - last[0] >= self._cfg.max_silence_s
             for gpu, values in scrape.gpus.items()
         )
+        previous, self._scraped = self._scraped, now
         if not ticked:
             return []
         for gpu, values in scrape.gpus.items():
             self._last[gpu] = (now, values)
-        return [GpuReading(now, gpu, dict(values)) for gpu, values in sorted(scrape.gpus.items())]
+        # DCGM's average ended somewhere since the previous scrape: stamped at this one, the
+        # samples ran up to a poll late, and a live probe's exposed share read 0.11 against
+        # 0.15 (at poll = -c = 0.1 s). Halfway is the expected end.
+        at = (
+            now
+            if previous is None
+            else now - 0.5 * min(now - previous, self._cfg.poll_interval_s * 2)
+        )
+        return [GpuReading(at, gpu, dict(values)) for gpu, values in sorted(scrape.gpus.items())]
 
     async def run(self, emit: Emit) -> None:
         """Scrape until cancelled; an endpoint that is down raises (the pipeline retries)."""

@@ -220,7 +220,8 @@ def test_unchanged_values_are_not_sampled_again_until_max_silence(exporter: _Exp
     clock.advance(0.5)
     (reading,) = source.readings(changed, clock.now())
     assert reading.signals == {"sm_active": pytest.approx(0.6)}
-    assert reading.time_s == clock.now()
+    # DCGM's new average ended somewhere in the 0.5 s since the last scrape: halfway.
+    assert reading.time_s == pytest.approx(clock.now() - 0.25)
 
 
 def test_a_change_on_one_gpu_is_a_new_sample_of_every_gpu(exporter: _Exporter) -> None:

@@ -49,6 +49,7 @@ from agent.tracker import (
     watch_recent,
     whole_window_period,
 )
+from agent.warning_log import WarningLog
 from agent.windows import (
     BurstTally,
     CollectiveWindow,
@@ -303,6 +304,7 @@ class Pipeline:
         sinks: Sequence[Sink] = (),
     ) -> None:
         self._sources = {s.name: s for s in sources}
+        self._warning_log = WarningLog()
         self._sinks = {k.name: k for k in sinks}
         self._store = store
         self._cfg = settings or PipelineSettings()
@@ -632,8 +634,28 @@ class Pipeline:
                 self.estimator_errors += 1
                 log.exception("estimating this hop failed; keeping the last snapshot")
 
+    def _mark_silent(self) -> None:
+        """Sources silent for longer than they may be (``stale_after_s``) are down.
+
+        A followed GPU CSV whose recorder died stays readable: ``commpulse_source_up`` read
+        1 for as long as the agent ran, while the GPU samples aged out of the window. Sources
+        that are silent by nature (an NCCL log between jobs) set no limit.
+        """
+        now = self._clock.now()
+        for name, source in self._sources.items():
+            limit = getattr(source, "stale_after_s", None)
+            health = self._state.health.get(name)
+            if limit is None or health is None or not health.up or health.last_reading_s is None:
+                continue
+            silent = now - health.last_reading_s
+            if silent > float(limit):
+                health.up = False
+                health.last_error = f"no reading for {silent:.0f} s (its writer stopped?)"
+                log.warning("source %s: %s", name, health.last_error, extra={"source": name})
+
     async def _hop(self) -> None:
         """One hop: estimate the window, track the lock, publish a snapshot."""
+        self._mark_silent()
         source, since, inputs = self._inputs()
         if inputs is None:
             held = self._held()
@@ -1001,6 +1023,9 @@ class Pipeline:
             burst_seconds=self._state.bursts.durations.histogram(),
         )
         self._store.publish(snap)
+        if est is not None:
+            for text in self._warning_log.due(est.warnings, snap.time_s):
+                log.info("estimate: %s", text)
         for sink in self._sinks.values():
             sink.offer(snap)
         if self._on_snapshot is not None:

@@ -484,6 +484,11 @@ class GpuCsvConfig:
             raise ConfigError("sources.gpu_csv.path: give the CSV file to read")
 
 
+#: Seconds without a new row after which a followed GPU CSV's recorder is taken to have
+#: stopped (nvidia-smi -lms 100 writes ten a second; a recorder at -l 5, one every 5 s).
+STALE_AFTER_S = 60.0
+
+
 class GpuCsvSource:
     """GPU samples from a CSV: followed as it grows, or a recording replayed in real time.
 
@@ -505,6 +510,9 @@ class GpuCsvSource:
         self._path: Path = config.path
         self._clock = clock
         self._sampler = sampler or Sampler(clock)
+        #: A followed file that stops growing: its recorder stopped (the pipeline marks the
+        #: source down after this long). A replay never stops on its own.
+        self.stale_after_s: float | None = STALE_AFTER_S if config.mode == "follow" else None
 
     async def run(self, emit: Emit) -> None:
         """Follow or replay until cancelled (a replay without ``loop`` ends at the file end)."""

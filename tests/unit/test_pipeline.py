@@ -24,7 +24,16 @@ from agent.pipeline import (
     SnapshotStore,
 )
 from agent.simulator.sampling import Cumulative
-from collectors._base import CallBatch, CallKey, CounterReading, Emit, Reading, Source
+from agent.warning_log import WarningLog
+from collectors._base import (
+    CallBatch,
+    CallKey,
+    CounterReading,
+    Emit,
+    GpuReading,
+    Reading,
+    Source,
+)
 
 
 class SquareWaveCounters:
@@ -922,3 +931,58 @@ def test_the_ports_of_a_source_that_went_away_are_not_shown_active() -> None:
     last = {d.device: d for d in seen[-1].devices}
     assert last["mlx5_0:1"].info is not None
     assert last["mlx5_0:1"].info.skipped == "vanished"
+
+
+class _OneRowThenSilent:
+    """A followed file whose recorder wrote one row and stopped: readable, never failing."""
+
+    name = "gpu_csv"
+    stale_after_s = 0.3
+
+    async def run(self, emit: Emit) -> None:
+        emit(GpuReading(0.0, 0, {"sm_active": 0.5}))
+        await asyncio.Event().wait()
+
+
+def test_a_source_silent_longer_than_it_may_be_is_down(caplog: pytest.LogCaptureFixture) -> None:
+    """A GPU CSV whose recorder died kept commpulse_source_up at 1 for as long as the agent
+    ran. A source that says how long it may be silent is down after that, with the reason."""
+    seen: list[Snapshot] = []
+    pipeline = Pipeline(
+        [_OneRowThenSilent()],
+        SnapshotStore(),
+        settings=PipelineSettings(hop_s=0.05),
+        on_snapshot=seen.append,
+    )
+
+    def up() -> list[bool]:
+        return [h.up for s in seen for h in s.sources if h.name == "gpu_csv"]
+
+    async def main() -> None:
+        task = asyncio.create_task(pipeline.run())
+        for _ in range(200):
+            await asyncio.sleep(0.02)
+            if True in up() and up()[-1] is False:
+                break
+        pipeline.stop()
+        await task
+
+    with caplog.at_level(logging.WARNING, logger="agent.pipeline"):
+        asyncio.run(main())
+    assert True in up()
+    assert up()[-1] is False
+    down = next(h for h in seen[-1].sources if h.name == "gpu_csv")
+    assert down.last_error is not None
+    assert "no reading for" in down.last_error
+    assert sum("gpu_csv: no reading for" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_estimate_warnings_reach_the_log_once_an_hour_numbers_aside() -> None:
+    """The estimate's warnings went only to MQTT and analyze --json; logged every hop they
+    would flood the journal, and their numbers change every hop."""
+    wl = WarningLog(every_s=3600.0)
+    first = "the GPUs idle while the network is silent in 62% of their idle samples"
+    assert wl.due([first, "bursts of 2 polls"], 0.0) == [first, "bursts of 2 polls"]
+    assert wl.due([first.replace("62", "64"), "bursts of 3 polls"], 1.0) == []
+    assert wl.due(["another kind"], 2.0) == ["another kind"]
+    assert wl.due([first], 3601.0) == [first]

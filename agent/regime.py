@@ -137,11 +137,16 @@ def collective_shares(collectives: Mapping[str, tuple[int, int]]) -> tuple[float
     return gather / total, sparse / total
 
 
+def _gathers(f: RegimeFeatures) -> bool:
+    """Whether the NCCL log says most bytes go through AllGather/ReduceScatter (ZeRO, FSDP)."""
+    return f.gather_share is not None and f.gather_share >= 0.5
+
+
 def classify_regime(f: RegimeFeatures, *, idle_bytes_per_s: float = IDLE_BYTES_PER_S) -> str:
     """Apply the rule in the module docstring."""
     if f.periodic:
         if f.gather_share is not None:
-            return "finetune" if f.gather_share >= 0.5 else "training"
+            return "finetune" if _gathers(f) else "training"
         train = f.inner_period or (f.bursts_per_period is not None and f.bursts_per_period >= 6)
         filled = f.step_silence is None or f.step_silence < FILLED_STEP_SILENCE
         synced = f.largest_share is not None and f.largest_share >= DOMINANT_BURST_SHARE
@@ -157,7 +162,7 @@ def classify_regime(f: RegimeFeatures, *, idle_bytes_per_s: float = IDLE_BYTES_P
     if f.rhythm and high and (f.sparse_share is None or f.sparse_share < 0.5):
         # Two DDP jobs on one link (a real recording) read "inference": their bursts repeat,
         # only not at one period.
-        return "finetune" if f.gather_share is not None and f.gather_share >= 0.5 else "training"
+        return "finetune" if _gathers(f) else "training"
     if high and f.bursts >= MIN_APERIODIC_BURSTS:
         return "inference"
     busy_polls = f.spikes >= MIN_APERIODIC_BURSTS

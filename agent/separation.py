@@ -49,10 +49,13 @@ def best_signal(available: set[str] | frozenset[str]) -> str | None:
     return None
 
 
-#: A tensor-pipe signal whose busiest samples stay under this shows a job without
-#: tensor-core work (FP32, or kernels that use none), not an idle GPU, where SM activity shows
-#: compute.
-NO_TENSOR_WORK = 0.05
+#: Activity under this is no compute: a GPU whose busy level stays under it never computes,
+#: and a tensor-pipe signal whose busiest samples stay under it, where SM activity does not,
+#: shows a job without tensor-core work (FP32, or kernels that use none), not an idle GPU.
+NO_COMPUTE = 0.05
+#: A busy level less than this share of itself above the low one is one plateau: the GPU
+#: never leaves its compute level.
+PLATEAU_SPREAD = 0.25
 
 
 def choose_signal(signals: Mapping[str, FloatArray]) -> tuple[str | None, str | None]:
@@ -61,7 +64,7 @@ def choose_signal(signals: Mapping[str, FloatArray]) -> tuple[str | None, str | 
     By :data:`SIGNAL_RANK` among the signals that hold values: a column of only ``[N/A]``
     (profiling off, a consumer GPU) was chosen and left "no GPU samples" where util had them.
     ``tensor_active`` is passed over for ``sm_active`` when its busiest samples stay under
-    :data:`NO_TENSOR_WORK` and sm_active's do not: read as "the GPU never computes", it made
+    :data:`NO_COMPUTE` and sm_active's do not: read as "the GPU never computes", it made
     every burst exposed (an FP32 job, D 0.45 against 0.30). dcgm-exporter's default fields
     include the tensor pipe, so this is the setup out of the box.
     """
@@ -70,9 +73,9 @@ def choose_signal(signals: Mapping[str, FloatArray]) -> tuple[str | None, str | 
     if name == "tensor_active" and "sm_active" in held:
         tensor = float(np.nanpercentile(signals["tensor_active"], 95))
         sm = float(np.nanpercentile(signals["sm_active"], 95))
-        if tensor < NO_TENSOR_WORK <= sm:
+        if tensor < NO_COMPUTE <= sm:
             return "sm_active", (
-                f"tensor_active stays under {NO_TENSOR_WORK:.0%} while sm_active shows "
+                f"tensor_active stays under {NO_COMPUTE:.0%} while sm_active shows "
                 "compute (no tensor-core work: FP32?); compute is told from communication "
                 "by sm_active"
             )
@@ -256,9 +259,9 @@ def split_duty(
             f"GPU {listed} never computed in the window (idle, or another job's): left out "
             "of the exposed/overlapped split"
         )
-    if busy < 0.05:
+    if busy < NO_COMPUTE:
         c = np.zeros_like(g)  # the GPU does not compute at all
-    elif busy - low < 0.25 * busy:
+    elif busy - low < PLATEAU_SPREAD * busy:
         c = np.ones_like(g)  # the GPU never leaves its compute plateau
     else:
         c = np.clip((g - low) / (busy - low), 0.0, 1.0)
@@ -362,7 +365,7 @@ def _idle_gpus(value: FloatArray, gpu: npt.NDArray[np.int64], low: float, busy: 
     Pooled with the job's GPUs, an idle one (a 4-GPU job on an 8-GPU node, a spare) counts
     every burst as exposed: a fully overlapped job read D 0.20 with four idle GPUs beside it.
     """
-    if busy < 0.05 or busy - low < 0.25 * busy:
+    if busy < NO_COMPUTE or busy - low < PLATEAU_SPREAD * busy:  # no idle level to compare
         return []
     ids = np.unique(gpu)
     bar = low + _IDLE_GPU_SHARE * (busy - low)

@@ -113,6 +113,8 @@ def _weights(m: FloatArray, ratio: float) -> FloatArray:
     if ratio <= 0.0:
         return np.ones(n)
     alpha, beta = (0.0, 1.0) if math.isinf(ratio) else (1.0 / (1.0 + ratio), ratio / (1.0 + ratio))
+    if n > 1 and bool(np.all(m == m[0])):
+        return _uniform_weights(n, float(m[0]), alpha, beta)
     diag = (alpha * m + 2.0 * beta).tolist()
     rhs = m.tolist()
     off = -beta
@@ -130,6 +132,27 @@ def _weights(m: FloatArray, ratio: float) -> FloatArray:
     for i in range(n - 2, -1, -1):
         w[i] = d_prime[i] - c_prime[i] * w[i + 1]
     return np.asarray(w)
+
+
+#: Below this ``x·n²`` the closed form's two terms cancel to a few digits, and the parabola
+#: it tends to is closer than that (both errors ~1e-8 at the bar).
+_PARABOLA_BAR = 1e-8
+
+
+def _uniform_weights(n: int, m: float, alpha: float, beta: float) -> FloatArray:
+    """:func:`_weights` where every interval spans ``m`` cycles (no burst missed), in closed form.
+
+    The sweep above is a Python loop over every interval (1.2 ms an estimate at 650 steps);
+    with equal ``m`` the system is Toeplitz and its solution is ``1/α`` less two geometric
+    boundary terms, ``λ + 1/λ = 2 + α·m/β``, or the parabola ``(i+1)(n−i)·m/2β`` when α = 0.
+    """
+    x = alpha * m / beta
+    i = np.arange(n, dtype=np.float64)
+    if x * n * n < _PARABOLA_BAR:
+        return (i + 1.0) * (n - i) * (0.5 * m / beta)
+    log_lam = -math.log1p(0.5 * x + math.sqrt(x + 0.25 * x * x))  # λ < 1, as 1/(the root > 1)
+    ends = np.exp((i + 1.0) * log_lam) + np.exp((n - i) * log_lam)
+    return (1.0 - ends / (1.0 + math.exp((n + 1.0) * log_lam))) / alpha
 
 
 def realised_period(

@@ -171,3 +171,24 @@ def test_an_interval_left_out_does_not_count(ratio: float) -> None:
     kept = cycles == 1.0
     assert realised_period(edges, cycles, ratio) != pytest.approx(0.5, rel=1e-3)
     assert realised_period(edges, cycles, ratio, kept=kept) == pytest.approx(0.5, rel=1e-9)
+
+
+@pytest.mark.parametrize("n", [2, 12, 655])
+@pytest.mark.parametrize("cycles", [1.0, 2.0])
+@pytest.mark.parametrize("ratio", [1e-6, 0.1, 1.0, 30.0, 1e4, 1e9, math.inf])
+def test_the_closed_form_weights_solve_the_tridiagonal_system(
+    n: int, cycles: float, ratio: float
+) -> None:
+    """Where no burst was missed the weights come in closed form: they must be the system's
+    solution, from the span's end (small ratio) to the parabola (infinite)."""
+    from agent.edge_fit import _weights
+
+    m = np.full(n, cycles)
+    alpha, beta = (0.0, 1.0) if math.isinf(ratio) else (1 / (1 + ratio), ratio / (1 + ratio))
+    system = (
+        np.diag(alpha * m + 2 * beta)
+        + np.diag(np.full(n - 1, -beta), 1)
+        + np.diag(np.full(n - 1, -beta), -1)
+    )
+    exact = np.linalg.solve(system, m)
+    assert _weights(m, ratio) == pytest.approx(exact, rel=1e-7, abs=1e-9 * float(exact.max()))

@@ -22,6 +22,15 @@ import numpy.typing as npt
 
 from agent.bursts import whole_burst_levels
 from agent.call_sequence import call_kinds, clumped_resolution, process_codes
+from agent.devices import (
+    LONGER_ON,
+    DeviceSteps,
+    burst_threshold,
+    device_steps,
+    last_done_share,
+    same_step,
+    step_groups,
+)
 from agent.errors import InputFormatError
 from agent.estimate import (
     SLOW_POLL_S,
@@ -40,6 +49,7 @@ from agent.rates import (
     active_span,
     at_refresh_interval,
     busy_slots,
+    column_device,
     column_direction,
     column_words,
     counter_deltas,
@@ -276,7 +286,38 @@ def _counted_once(names: list[str]) -> tuple[list[str], list[str]]:
     return names, notes
 
 
-def _counters(paths: Sequence[Path]) -> tuple[dict[Direction, GridSeries], float, list[str]]:
+#: A counter file polled this many times more coarsely than the finest one given beside it
+#: is left out of T, B and D: each of its polls would be spread over that many of the grid's
+#: slots, or (past ``MAX_SPREAD_INTERVALS``) left unknown, and one unknown file makes its
+#: direction unknown (a node_exporter-style 1 s file beside 100 Hz RDMA reads: no T, no B, no
+#: D, no word).
+COARSE_FILE = 10.0
+#: A column unread over more than this share of its file's recording is named in a note.
+UNREAD_SHARE = 0.05
+
+
+@dataclass
+class CounterRead:
+    """The counter files' grids summed per direction, and per device where there are several."""
+
+    network: Grids
+    dt: float
+    notes: list[str]
+    #: Each device's (interface or RDMA port's) own grids on the same step; empty for one.
+    devices: dict[str, Grids] = field(default_factory=dict)
+
+
+def _file_rate(
+    table: CounterTable,
+    names: Sequence[str],
+    present: Mapping[str, npt.NDArray[np.bool_]],
+    scale: Mapping[str, float],
+) -> float:
+    """A file's bytes per second over its recording, both directions."""
+    return sum(_column_rate(table, n, present[n]) * scale.get(n, 1.0) for n in names)
+
+
+def _counters(paths: Sequence[Path]) -> CounterRead:
     """The files' grids summed by direction, their poll interval, and what their rows lost."""
     tables = [read_counters_csv(p) for p in paths]
     notes = [f"{p}: {w}" for p, t in zip(paths, tables, strict=True) for w in t.warnings]
@@ -284,16 +325,23 @@ def _counters(paths: Sequence[Path]) -> tuple[dict[Direction, GridSeries], float
         tables[k], note = _finest_polled(table)
         if note is not None:
             notes.append(f"{path}: {note}")
-    dt = min(nominal_interval(t.times) for t in tables)
+    own = [nominal_interval(t.times) for t in tables]
+    dt = min(own)
     grids = []
+    per_file: list[tuple[Path, npt.NDArray[np.float64], dict[str, Grids]]] = []
+    coarse: list[tuple[Path, float, float]] = []  # (file, its poll, its bytes/s)
+    rates: list[float] = []
     reads = 0
-    for path, table in zip(paths, tables, strict=True):
+    for path, table, poll in zip(paths, tables, own, strict=True):
         kept, scale, kept_notes = _byte_columns(list(table.columns))
-        reads += table.times.size * len(kept)
         notes += [f"{path}: {n}" for n in kept_notes]
         if not kept:
             raise InputFormatError(path, "no column counts bytes: " + "; ".join(kept_notes))
         present, glitches = _without_glitches(table, kept)
+        if poll > COARSE_FILE * dt:
+            coarse.append((path, poll, _file_rate(table, kept, present, scale)))
+            continue
+        reads += table.times.size * len(kept)
         if glitches:
             notes.append(
                 f"{path}: {glitches} read(s) off their counter's trajectory (a 0 or a spike "
@@ -315,6 +363,8 @@ def _counters(paths: Sequence[Path]) -> tuple[dict[Direction, GridSeries], float
                 "recording (summed, every interval outside their reads would be unknown): "
                 + ", ".join(f"{name} ({a:.6g}-{b:.6g} s)" for name, a, b in partial)
             )
+        notes += [f"{path}: {n}" for n in _unread_notes(table, kept, present)]
+        rates.append(_file_rate(table, kept, present, scale))
         try:
             grids.append(
                 direction_grids(
@@ -325,8 +375,31 @@ def _counters(paths: Sequence[Path]) -> tuple[dict[Direction, GridSeries], float
                     scale=scale,
                 )
             )
+            ports: dict[str, list[str]] = {}
+            for n in kept:
+                ports.setdefault(column_device(n), []).append(n)
+            per_file.append(
+                (
+                    path,
+                    table.times,
+                    {
+                        port: direction_grids(
+                            table.times,
+                            {n: table.columns[n] for n in cols},
+                            present=present,
+                            dt=dt,
+                            scale=scale,
+                        )
+                        for port, cols in ports.items()
+                    }
+                    if len(ports) > 1 or len(paths) > 1
+                    else {},
+                )
+            )
         except ValueError as exc:
             raise InputFormatError(path, str(exc)) from None
+    if coarse:
+        notes += _coarse_notes(coarse, dt, sum(rates))
     resets = sum(g.resets for gs in grids for g in gs.values())
     if resets >= MIN_RATE_RESETS and resets > NOT_CUMULATIVE_RESETS * reads:
         notes.append(
@@ -339,8 +412,87 @@ def _counters(paths: Sequence[Path]) -> tuple[dict[Direction, GridSeries], float
             f"under {dt:.3g} s cannot be seen (if the time column is in milliseconds or "
             "microseconds, name it time_ms or time_us)"
         )
+    notes += _overlap_notes([(path, times) for path, times, _ in per_file])
     combined = at_refresh_interval(_combine_grids(grids))
-    return combined, max(dt, _dt(combined)), notes
+    devices: dict[str, Grids] = {}
+    for path, _, ports_of_file in per_file:
+        for port, port_grids in ports_of_file.items():
+            name = port or path.name
+            name = name if name not in devices else f"{path.name}:{name}"
+            devices[name] = at_refresh_interval(port_grids)
+    return CounterRead(combined, max(dt, _dt(combined)), notes, devices if len(devices) > 1 else {})
+
+
+def _coarse_notes(coarse: Sequence[tuple[Path, float, float]], dt: float, kept: float) -> list[str]:
+    """What the files left out for their coarse polls held, and when to analyse them alone."""
+    notes = []
+    for path, poll, rate in coarse:
+        share = rate / (rate + kept) if rate + kept > 0 else 0.0
+        notes.append(
+            f"{path}: read every {poll:.3g} s, {poll / dt:.0f}x more coarsely than the other "
+            f"counter files ({dt:.3g} s): left out of T, B and D, as its bytes cannot be placed "
+            f"inside their polls ({share:.0%} of the bytes)"
+            + ("; analyze it alone" if share >= 0.5 else "")
+        )
+    return notes
+
+
+def _overlap_notes(spans: Sequence[tuple[Path, npt.NDArray[np.float64]]]) -> list[str]:
+    """Files whose reads start late or end early: the sum covers only their common span."""
+    if len(spans) < 2:
+        return []
+    starts = [float(t[0]) for _, t in spans]
+    ends = [float(t[-1]) for _, t in spans]
+    whole = max(ends) - min(starts)
+    common = min(ends) - max(starts)
+    if whole <= 0 or common < 0 or whole - common <= UNREAD_SHARE * whole:
+        return []
+    short = [
+        f"{path.name} ({a - min(starts):.6g}-{b - min(starts):.6g} s)"
+        for (path, _), a, b in zip(spans, starts, ends, strict=True)
+        if a - min(starts) > UNREAD_SHARE * whole or max(ends) - b > UNREAD_SHARE * whole
+    ]
+    return [
+        f"the counter files are summed where all of them were read, {common:.3g} s of "
+        f"{whole:.3g} s: {', '.join(short)} cover(s) less than the others"
+    ]
+
+
+def _unread_notes(
+    table: CounterTable, names: Sequence[str], present: Mapping[str, npt.NDArray[np.bool_]]
+) -> list[str]:
+    """Columns that were not read over part of the recording, which their direction loses.
+
+    A rail that stops reporting (a driver reload, a port gone) makes every interval of its
+    direction unknown from then on: the analysis kept the 29 s before one vanished, of 120 s,
+    without a word of why.
+    """
+    times = table.times
+    span = float(times[-1] - times[0]) if times.size > 1 else 0.0
+    if span <= 0:
+        return []
+    hole = 5.0 * nominal_interval(times)
+    stretches: dict[tuple[str, float, float, float], list[str]] = {}
+    for name in names:
+        read = times[present[name]]
+        if read.size < 2:
+            continue
+        edges = np.concatenate(([times[0]], read, [times[-1]]))
+        gaps = np.diff(edges)
+        long = np.flatnonzero(gaps > hole)
+        unread = float(gaps[long].sum())
+        if unread <= UNREAD_SHARE * span:
+            continue
+        widest = int(long[np.argmax(gaps[long])])
+        a, b = float(edges[widest] - times[0]), float(edges[widest + 1] - times[0])
+        stretches.setdefault((column_device(name), unread, a, b), []).append(name)
+    out = [
+        f"{', '.join(columns)}: not read for {unread:.3g} s of the {span:.3g} s recording "
+        f"(longest {a:.6g}-{b:.6g} s: {port} gone, or its driver reloaded?); the bytes of its "
+        "direction are unknown there, so T, B and D come from the time it was read"
+        for (port, unread, a, b), columns in stretches.items()
+    ]
+    return out
 
 
 def _without_glitches(
@@ -1209,8 +1361,17 @@ def analyze_files(
     network: dict[Direction, GridSeries] = {}
     network_source: str | None = None
     counter_dt: float | None = None
+    groups: list[list[DeviceSteps]] = []
+    read = CounterRead({}, 0.0, [])
     if counters:
-        network, counter_dt, input_notes = _counters(counters)
+        read = _counters(counters)
+        network, counter_dt, input_notes = read.network, read.dt, read.notes
+        if read.devices:
+            groups = step_groups(device_steps(read.devices))
+            if len(groups) >= 2:
+                # Two jobs (or more), each on its own devices: the busiest one's.
+                network = _combine_grids([dict(read.devices[s.name]) for s in groups[0]])
+                input_notes.append(_jobs_note(groups, read.devices))
         network_source = "counters"
         sources["counters"] = [str(p) for p in counters]
     input_notes += repeated
@@ -1281,6 +1442,8 @@ def analyze_files(
         inputs, est = _step_parts(dict(inputs.network), inputs, est)
     else:
         inputs, est = _one_log_run(inputs, est)
+    if groups:
+        est = _until_the_last_is_done(inputs, est, groups, read.devices)
     note = other_direction_note(inputs, est) if network else None
     if note is not None and note not in est.warnings:
         est = replace(est, warnings=(*est.warnings, note))
@@ -1321,6 +1484,65 @@ def analyze_files(
         )
         extra["alltoall"], extra["pipeline"] = sparse_ops_json(summary, est.period_s, table=table)
     return AnalysisResult(estimate=est, sources=sources, extra=extra, inputs=inputs)
+
+
+def _names(steps: Sequence[DeviceSteps]) -> str:
+    return ", ".join(sorted(s.name for s in steps))
+
+
+def _jobs_note(groups: Sequence[Sequence[DeviceSteps]], devices: Mapping[str, Grids]) -> str:
+    """Which devices step at which period, and whose T, B and D are shown."""
+    total = sum(s.bytes_per_s for g in groups for s in g)
+    parts = [f"{_names(g)} at T = {g[0].estimate.period_s or 0.0:.4g} s" for g in groups]
+    share = sum(s.bytes_per_s for s in groups[0]) / total if total > 0 else 1.0
+    return (
+        f"the devices step apart ({'; '.join(parts)}): two jobs on this host, or more? "
+        f"T, B and D are those of the busiest group, {_names(groups[0])} ({share:.0%} of the "
+        f"bytes of the {sum(len(g) for g in groups)} devices with steps, of {len(devices)})"
+    )
+
+
+def _until_the_last_is_done(
+    inputs: EstimateInputs,
+    est: Estimate,
+    groups: Sequence[Sequence[DeviceSteps]],
+    devices: Mapping[str, Grids],
+) -> Estimate:
+    """D until the job's last device is done, where its devices' bursts outlast their sum's.
+
+    See :mod:`agent.devices`: a rail at half speed, or channels started apart, keep a device
+    busy after the sum's bursts have ended; the step waits for it all the same.
+    """
+    t, d, way = est.period_s, est.duty_cycle, est.direction
+    if t is None or d is None or way is None or est.duty_cycle_source != "network":
+        return est
+    host = inputs.network.get(way)
+    if host is None:
+        return est
+    job = next((g for g in groups if same_step(g[0].estimate.period_s or 0.0, t)), None)
+    members = [(s, devices[s.name].get(way)) for s in job or ()]
+    timed = [(s, g, burst_threshold(g)) for s, g in members if g is not None]
+    clear = [(s, g, cut) for s, g, cut in timed if cut is not None]
+    if len(clear) < 2:
+        return est
+    share = last_done_share(host, [(g, cut) for _, g, cut in clear])
+    if share is None or share < LONGER_ON * d:
+        return est
+    longest = sorted((s for s, _, _ in clear), key=lambda s: -(s.estimate.duty_cycle or 0.0))
+    shown = ", ".join(f"{s.name} {s.estimate.duty_cycle or 0.0:.2f}" for s in longest[:3])
+    note = (
+        f"the job's devices are in a burst longer than their sum shows (their own D: {shown}"
+        f"{', ...' if len(longest) > 3 else ''}): a slow or loaded rail, or channels out of "
+        f"step; the step waits until the last one is done, so D counts until then "
+        f"({d:.2f} -> {share:.2f})"
+    )
+    on = est.network_on_ratio
+    return replace(
+        est,
+        duty_cycle=share,
+        network_on_ratio=max(on, share) if on is not None else None,
+        warnings=(*est.warnings, note),
+    )
 
 
 def _no_coll_note(summary: NcclLogSummary) -> str:

@@ -1190,8 +1190,11 @@ def estimate(
         ended = _last_burst_end(full_grid, threshold)
         if ended is not None:
             last_burst_end, quiet, quiet_bandwidth = ended
-        if grid.resets:
-            warnings.append(f"{grid.resets} counter reset(s): those intervals were left out")
+        # Either direction's resets: a reset read only where the direction shown held it
+        # (one file with both) vanished when the other one was shown (files apart).
+        resets = sum(g.resets for g in inputs.network.values())
+        if resets:
+            warnings.append(f"{resets} counter reset(s): those intervals were left out")
     elif mix is not None:
         period = _log_period(mix, cfg, inputs.expected_period_s)
         if period is not None:

@@ -243,6 +243,26 @@ def column_direction(name: str) -> Direction:
     return "tx" if last_tx > last_rx else "rx"
 
 
+#: Words between a device's name and its direction that name no device.
+_COUNTER_WORDS = frozenset({"port", "ports", "bytes", "byte", "octets", "data", "counters", "hw"})
+
+
+def column_device(name: str) -> str:
+    """The device a counter column counts, as the column spells it: ``mlx5_0:1``, ``eth0``.
+
+    The text before the column's last direction word, less words that name the counter
+    (``mlx5_0:1_port_xmit_data``: ``mlx5_0:1``); empty when there is none (``tx_bytes``).
+    """
+    tokens = list(re.finditer(r"[A-Za-z0-9]+", name))
+    way = [m for m in tokens if m.group().lower() in _DIRECTION_WORDS]
+    if not way:
+        return ""
+    head = [m for m in tokens if m.end() <= way[-1].start()]
+    while head and head[-1].group().lower() in _COUNTER_WORDS:
+        head.pop()
+    return name[head[0].start() : head[-1].end()] if head else ""
+
+
 def group_columns(names: Sequence[str]) -> dict[Direction, list[int]]:
     """Indices of the columns of each direction (only directions that have columns)."""
     groups: dict[Direction, list[int]] = {}
@@ -725,6 +745,7 @@ __all__ += [
     "active_span",
     "at_refresh_interval",
     "busy_slots",
+    "column_device",
     "direction_grids",
     "glitch_reads",
     "on_runs",

@@ -1,0 +1,175 @@
+"""Several NICs or RDMA ports on one host: which of them step together, and when the last is done.
+
+The host's T, B and D come from the sum of its devices per direction. The sum hides two things
+an operator of an 8-rail node meets:
+
+* **Two jobs on one host**, each on its own rails (two 4-GPU jobs on an 8-GPU node): their
+  steps add into a pattern of neither. Steps of 1.0 s and 1.5 s on four rails each read
+  T = 3.0 s at confidence 0.95 with no word; with D 0.35 and 0.30 they read D 0.55, a
+  bottleneck alert on two healthy jobs.
+* **Rails that finish apart**: a collective is done when its slowest rail is. A rail at half
+  speed carries its share for twice as long, at 1/16 of the host's rate: the sum's bursts end
+  when the fast rails do, and D read 0.32 where the step waited on the network 0.6 of the
+  time (the alert missed).
+
+Each device that carries a share of the host's bytes is estimated on its own
+(:func:`device_steps`); devices with confident periods are grouped by them
+(:func:`step_groups`); and where the devices of the job are in a burst for longer than the sum
+is, D counts until the last of them ends (:func:`last_done_share`). Pure functions of grids.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from agent.estimate import Estimate, EstimateInputs, estimate
+from agent.levels import separation, two_means
+from agent.rates import Direction, GridSeries
+
+__all__ = [
+    "LONGER_ON",
+    "DeviceSteps",
+    "burst_threshold",
+    "device_steps",
+    "last_done_share",
+    "same_step",
+    "step_groups",
+]
+
+Grids = Mapping[Direction, GridSeries]
+
+#: A device carrying less than this share of the host's bytes per second is no rail of a job
+#: (a management NIC, an idle rail with a few KB/s), and its own T is not asked for.
+MIN_SHARE = 0.05
+#: Periods within this share of each other are one step time; so are ratios this close to a
+#: whole number (a rail that shows only a rhythm inside the job's step, or its multiple).
+SAME_STEP = 0.03
+#: A device's own T counts for grouping at this confidence or more (the alert's own bar is
+#: 0.5: a period below it is not shown as a job's).
+MIN_CONFIDENCE = 0.6
+#: Each device is estimated on its newest slots only (at 100 Hz, 11 minutes).
+NEWEST_SLOTS = 2**16
+#: The job's devices in a burst this much longer than the sum's D: D counts until the last of
+#: them ends. Below it, edges and noise (a few slots a step) would move D for nothing.
+LONGER_ON = 1.1
+
+
+@dataclass(frozen=True)
+class DeviceSteps:
+    """One device's own estimate, and its bytes per second (both directions)."""
+
+    name: str
+    bytes_per_s: float
+    estimate: Estimate
+
+    @property
+    def timed(self) -> bool:
+        """Whether its own T is confident enough to group by."""
+        e = self.estimate
+        return e.period_s is not None and e.confidence >= MIN_CONFIDENCE and not e.period_unsure
+
+
+def _mean_rate(grids: Grids) -> float:
+    total = 0.0
+    for g in grids.values():
+        known = g.rate[np.isfinite(g.rate)]
+        if known.size:
+            total += float(known.mean())
+    return total
+
+
+def _newest(grids: Grids, slots: int) -> dict[Direction, GridSeries]:
+    return {d: g.sliced(max(0, g.rate.size - slots), g.rate.size) for d, g in grids.items()}
+
+
+def device_steps(devices: Mapping[str, Grids]) -> list[DeviceSteps]:
+    """Each device's own estimate, for those with ``MIN_SHARE`` of the bytes or more."""
+    rates = {name: _mean_rate(g) for name, g in devices.items()}
+    total = sum(rates.values())
+    if total <= 0:
+        return []
+    out = []
+    for name, grids in devices.items():
+        if rates[name] < MIN_SHARE * total or not grids:
+            continue
+        inputs = EstimateInputs(network=_newest(grids, NEWEST_SLOTS), network_source="counters")
+        out.append(DeviceSteps(name, rates[name], estimate(inputs)))
+    return out
+
+
+def _period(s: DeviceSteps) -> float:
+    return s.estimate.period_s or 0.0
+
+
+def same_step(a: float, b: float) -> bool:
+    """One step time: equal within ``SAME_STEP``, or one a whole multiple of the other."""
+    ratio = max(a, b) / min(a, b)
+    return abs(ratio - round(ratio)) <= SAME_STEP * ratio
+
+
+def step_groups(steps: Sequence[DeviceSteps]) -> list[list[DeviceSteps]]:
+    """The timed devices grouped by their step time, the group with the most bytes first.
+
+    A whole-number ratio keeps two groups one: a rail that carries only the micro-batches'
+    traffic of a pipeline stage may show their rhythm, not the step, and two jobs at 1 s and
+    2 s cannot be told from that by the counters alone.
+    """
+    timed = sorted((s for s in steps if s.timed), key=_period)
+    groups: list[list[DeviceSteps]] = []
+    for s in timed:
+        if groups and _period(s) <= _period(groups[-1][0]) * (1.0 + SAME_STEP):
+            groups[-1].append(s)
+        else:
+            groups.append([s])
+    groups.sort(key=lambda g: -sum(s.bytes_per_s for s in g))
+    merged: list[list[DeviceSteps]] = []
+    for g in groups:
+        home = next((m for m in merged if same_step(_period(m[0]), _period(g[0]))), None)
+        if home is None:
+            merged.append(list(g))
+        else:
+            home.extend(g)
+    return merged
+
+
+#: A device's own bursts must stand this clear of its background (:func:`separation`: a
+#: unimodal spread split in two scores up to ~5.5) to count in :func:`last_done_share`.
+CLEAR_BURSTS = 6.0
+
+
+def burst_threshold(grid: GridSeries) -> float | None:
+    """The on/off midpoint of one device's rate, where its bursts stand clear (else None).
+
+    Taken on the direction asked for, not the one the device's own estimate chose: on
+    symmetric traffic that choice is a tie, and a slow rail's came out the other way.
+    """
+    x = grid.rate[np.isfinite(grid.rate)]
+    if x.size < 16:
+        return None
+    lo, hi = two_means(x)
+    if hi <= lo or separation(x, lo, hi) < CLEAR_BURSTS:
+        return None
+    return 0.5 * (lo + hi)
+
+
+def last_done_share(host: GridSeries, members: Sequence[tuple[GridSeries, float]]) -> float | None:
+    """The share of the host's known slots in which any member device is in a burst.
+
+    Each member comes with its own burst threshold (:func:`burst_threshold`): a slow rail's
+    burst is a burst on its own scale, not on the sum's. ``None`` where no slot is known.
+    """
+    n = host.rate.size
+    known = np.isfinite(host.rate)
+    union = np.zeros(n, dtype=np.bool_)
+    for grid, threshold in members:
+        k = round((host.t0 - grid.t0) / host.dt)
+        seg = np.full(n, -np.inf)
+        lo, hi = max(0, k), min(grid.rate.size, k + n)
+        if hi > lo:
+            seg[lo - k : hi - k] = np.nan_to_num(grid.rate[lo:hi], nan=-np.inf)
+        union |= seg >= threshold
+    count = int(np.count_nonzero(known))
+    return float(np.count_nonzero(union & known)) / count if count else None

@@ -1045,35 +1045,92 @@ def _step_parts(
         return replace(inputs, network={d: g.sliced(a, b) for d, g in network.items()})
 
     pieces = [estimate(part(int(a), int(b))) for a, b in itertools.pairwise(cuts)]
-    periods = [p.period_s for p in pieces]
-    runs = [(i, j) for i, j in _runs(periods) if sum(p is not None for p in periods[i:j]) >= 2]
 
     def unchanged() -> tuple[EstimateInputs, Estimate]:  # the step time: then the bursts?
         return _burst_parts(pieces, cuts, part, grid.dt, inputs, est)
 
+    def span(a: int, b: int) -> str:
+        return _span(a, b, grid.dt)
+
+    return _newest_step_time(pieces, cuts.tolist(), part, span, est, unchanged)
+
+
+def _newest_step_time(
+    pieces: Sequence[Estimate],
+    cuts: Sequence[Any],
+    part: Callable[[Any, Any], EstimateInputs],
+    span: Callable[[Any, Any], str],
+    est: Estimate,
+    unchanged: Callable[[], tuple[EstimateInputs, Estimate]],
+) -> tuple[EstimateInputs, Estimate]:
+    """:func:`_step_parts`' reading of its pieces, for grid slots or log times as ``cuts``."""
+    periods = [p.period_s for p in pieces]
+    runs = [(i, j) for i, j in _runs(periods) if sum(p is not None for p in periods[i:j]) >= 2]
     if len(runs) < 2:
         return unchanged()
     found = []
     for i, j in _inside(runs):
-        sub = part(int(cuts[i]), int(cuts[j]))
+        sub = part(cuts[i], cuts[j])
         got = estimate(sub)
         if got.period_s is None:
             return unchanged()
-        found.append((int(cuts[i]), int(cuts[j]), sub, got))
+        found.append((cuts[i], cuts[j], sub, got))
     steps = [f[3].period_s or 0.0 for f in found]
     if all(
         abs(b / a - 1.0) <= JOB_PERIODS_DIFFER for a, b in itertools.pairwise(steps)
     ):  # neighbouring runs of one period: no change, only pieces without a period between
         return unchanged()
     a, b, sub, newest = found[-1]
-    dt = grid.dt
-    listed = ", ".join(f"{_span(f[0], f[1], dt)}: T {f[3].period_s:.4g} s" for f in found)
+    listed = ", ".join(f"{span(f[0], f[1])}: T {f[3].period_s:.4g} s" for f in found)
     spans = "" if est.period_s is not None else " and no period spans it all"
     note = (
         f"the step time changed during the recording ({listed}, from its first traffic)"
-        f"{spans}; shown: the newest part, at {_span(a, b, dt)}"
+        f"{spans}; shown: the newest part, at {span(a, b)}"
     )
     return sub, replace(newest, warnings=(*newest.warnings, note))
+
+
+def _log_step_parts(inputs: EstimateInputs, est: Estimate) -> tuple[EstimateInputs, Estimate]:
+    """The newest step time of an NCCL log whose step time changed, as :func:`_step_parts`.
+
+    Timed over the whole log, steps that went from 1.8 to 2.7 s halfway read T = 2.25 s (a
+    step that never ran) at confidence 0.82, or no period, and from 1.8 to 3.6 s read 1.8 s,
+    with bytes per step a third short, with no word. The log is cut by time into pieces of
+    its calls. Logs timed to whole seconds (calls stamped when read) are left as they are:
+    their pieces would hold too few steps to time from the call order.
+    """
+    mix = inputs.collectives
+    if mix is None or mix.time_resolution_s > 0:  # calls timed when read: see _log_period
+        return inputs, est
+    times = mix.call_times
+    timed = times[np.isfinite(times)]
+    if timed.size < 2 * LOG_RUN_MIN_CALLS:
+        return inputs, est
+    first, last = float(timed.min()), float(timed.max())
+    count = min(STEP_PIECES_MAX, int((last - first) // JOB_MIN_S))
+    if count < 4:
+        return inputs, est
+    cuts = np.linspace(first, np.nextafter(last, np.inf), count + 1).tolist()
+
+    procs = mix.call_processes
+
+    def part(a: float, b: float) -> EstimateInputs:
+        mine = (times >= a) & (times < b)
+        keys = mix.call_keys[mine] if mix.call_keys.size else mix.call_keys
+        sub = replace(
+            mix,
+            call_times=times[mine],
+            call_bytes=mix.call_bytes[mine],
+            call_keys=keys,
+            call_processes=mix.call_processes[mine] if mix.call_processes.size else procs,
+        )
+        return replace(inputs, collectives=sub)
+
+    def span(a: float, b: float) -> str:
+        return f"{a - first:.0f}-{b - first:.0f} s"
+
+    pieces = [estimate(part(a, b)) for a, b in itertools.pairwise(cuts)]
+    return _newest_step_time(pieces, cuts, part, span, est, lambda: (inputs, est))
 
 
 #: Pieces whose burst bandwidths agree within this share of their run's belong to one run ...
@@ -1442,6 +1499,7 @@ def analyze_files(
         inputs, est = _step_parts(dict(inputs.network), inputs, est)
     else:
         inputs, est = _one_log_run(inputs, est)
+        inputs, est = _log_step_parts(inputs, est)
     if groups:
         est = _until_the_last_is_done(inputs, est, groups, read.devices)
     note = other_direction_note(inputs, est) if network else None

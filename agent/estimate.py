@@ -939,7 +939,9 @@ def _log_period(
     res = mix.time_resolution_s
     rate, dt, t0 = series
     if res == 0:
-        binned = estimate_period(rate, dt, t0=t0, settings=settings, expected_period_s=expected_s)
+        binned = estimate_period(
+            rate, dt, t0=t0, settings=settings, expected_period_s=expected_s, polled=False
+        )
         stamped = mix.call_times[np.isfinite(mix.call_times)]
         inside = float(np.count_nonzero(stamped >= t0)) / stamped.size
         if inside < 1.0 - STRAY_SHARE:  # more than the strays were cut (log_series)

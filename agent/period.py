@@ -1948,6 +1948,7 @@ def estimate_period(
     settings: DetectorSettings | None = None,
     untimed: BoolArray | None = None,
     expected_period_s: float | None = None,
+    polled: bool = True,
 ) -> PeriodResult:
     """Estimate the sync period of a uniformly sampled rate series.
 
@@ -1964,6 +1965,8 @@ def estimate_period(
             detects a period, regular burst edges at about this one keep it
             (:func:`_held`); when a level detects one 3× shorter or less, evidence for the
             locked one keeps it as the outer period (:func:`_locked_outer`).
+        polled: the series comes from polls (counters); False for bins of exactly timed
+            events (an NCCL log's stamped calls), which no faster poll would make finer.
     """
     cfg = settings or DetectorSettings()
     x = filled(rate)
@@ -2212,7 +2215,7 @@ def estimate_period(
     agreeing = [d for d in valid if abs(d.period_s / period - 1.0) <= 0.03] or [current]
     clearest = max(agreeing, key=lambda d: d.comb * min(1.0, d.z / 20.0))
     warnings: list[str] = []
-    if period / dt < 8:
+    if period / dt < 8 and polled:
         warnings.append(
             f"period is {period / dt:.1f} samples at the poll rate; under 8 samples per period "
             "an alias cannot be told from a true period: poll faster"
@@ -2222,6 +2225,10 @@ def estimate_period(
             f"inner period is {inner.period_s / dt:.1f} samples at the poll rate: periods under "
             f"{cfg.min_lag_level0} samples are not looked for, so it may be a multiple of the "
             "true layer spacing (the NCCL log's layer gap is exact): poll faster"
+            if polled
+            else f"inner period is {inner.period_s / dt:.1f} bins of the {dt * 1e3:.3g} ms the "
+            f"NCCL log's calls were binned at: rhythms under {cfg.min_lag_level0} bins are not "
+            "looked for, so it may be a multiple of the true layer spacing"
         )
     return PeriodResult(
         period_s=period,

@@ -121,3 +121,74 @@ def test_steps_of_four_calls_are_not_read_at_three_steps() -> None:
     est = analyze_files(nccl_logs=[log]).estimate
     assert est.period_s == pytest.approx(1.5, rel=0.005)
     assert est.confidence > 0.9
+
+
+def _steps(t0: float, lengths: list[float], pid: int) -> list[tuple[float, str]]:
+    """Two ranks' 0.6/0.7/0.9-step AllReduces over steps of the given lengths."""
+    out = []
+    for r in range(2):
+        t, op = t0, 0
+        for step_s in lengths:
+            for at, count in ((0.6, 6_553_600), (0.7, 6_553_600), (0.9, 1_200_000)):
+                when = t + at * step_s
+                stamp = (START + dt.timedelta(seconds=when)).strftime("[%F %T.%f] ")
+                out.append((when, (
+                    f"{stamp}node1:{pid + r}:{pid + r} [{r}] NCCL INFO AllReduce: opCount "
+                    f"{op:x} sendbuff 0x7f00 recvbuff 0x7f10 count {count} datatype 7 op 0 "
+                    f"root 0 comm 0x55{pid + r:x} [nranks=2] stream 0x66"
+                )))  # fmt: skip
+                op += 1
+            t += step_s
+    return out
+
+
+@pytest.mark.parametrize(("before", "after"), [(1.8, 2.7), (1.8, 3.6), (3.6, 1.8)])
+def test_a_step_time_that_changes_in_one_run_shows_the_newest_and_says_so(
+    tmp_path: Path, before: float, after: float
+) -> None:
+    """One process, the batch changed halfway: timed over the whole log, 1.8 -> 2.7 s read
+    T = 2.25 s (a step that never ran) at confidence 0.82, 1.8 -> 3.6 s read 1.8 s with bytes
+    per step a third short, with no word of the change."""
+    rng = np.random.default_rng(4)
+    lengths = [before] * 150 + [after] * 150
+    lengths = [s * (1.0 + 0.01 * rng.uniform(-1.0, 1.0)) for s in lengths]
+    est = analyze_files(
+        nccl_logs=[_write(tmp_path / "job.log", _steps(0.3, lengths, 100))]
+    ).estimate
+    assert est.period_s == pytest.approx(after, rel=0.01)
+    assert est.step_bytes == pytest.approx(4 * (6_553_600 + 6_553_600 + 1_200_000), rel=0.02)
+    note = next(w for w in est.warnings if "the step time changed" in w)
+    assert f"T {before:.2g}" in note
+    assert "shown: the newest part" in note
+
+
+def test_a_steady_log_with_a_checkpoint_pause_is_no_change(tmp_path: Path) -> None:
+    lengths = [1.8] * 100 + [61.8] + [1.8] * 100
+    est = analyze_files(
+        nccl_logs=[_write(tmp_path / "job.log", _steps(0.3, lengths, 100))]
+    ).estimate
+    assert est.period_s == pytest.approx(1.8, rel=0.005)
+    assert not any("step time changed" in w for w in est.warnings)
+
+
+def test_a_log_alone_is_never_told_to_poll_faster(tmp_path: Path) -> None:
+    """Layers 50 ms apart in each step's last 0.8 s: the inner period is a few of the bins the
+    stamped calls are binned at, which no poll makes finer (a ZeRO-3 log read "poll faster")."""
+    rng = np.random.default_rng(5)
+    starts = 0.3 + np.cumsum(1.6 * (1.0 + 0.01 * rng.uniform(-1.0, 1.0, 250)))
+    lines = []
+    op = 0
+    for start in starts:
+        for layer in range(16):
+            when = float(start) + 0.8 + 0.05 * layer
+            stamp = (START + dt.timedelta(seconds=when)).strftime("[%F %T.%f] ")
+            lines.append((when, (
+                f"{stamp}node1:100:100 [0] NCCL INFO ReduceScatter: opCount {op:x} sendbuff "
+                "0x7f00 recvbuff 0x7f10 count 4000000 datatype 7 op 0 root 0 comm 0x55 "
+                "[nranks=8] stream 0x66"
+            )))  # fmt: skip
+            op += 1
+    est = analyze_files(nccl_logs=[_write(tmp_path / "job.log", lines)]).estimate
+    assert est.period_s == pytest.approx(1.6, rel=0.005)
+    assert est.inner_period_s == pytest.approx(0.05, rel=0.02)
+    assert not any("poll" in w for w in est.warnings)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import numpy.typing as npt
@@ -30,7 +30,7 @@ from agent.p2p import (
 )
 from agent.rates import Direction, GridSeries
 from agent.regime import IDLE_BYTES_PER_S
-from agent.sharding import DEFAULT_LATENCY_S, ShardingStats, sharding_from_codes
+from agent.sharding import DEFAULT_LATENCY_S, ShardingStats, sharding_from_codes, zero_stage
 from collectors._base import CallKey
 
 __all__ = [
@@ -114,6 +114,66 @@ def _largest_comm(table: CallTable) -> tuple[str, int | None, npt.NDArray[np.boo
     return best, size[best][0] or None, member[table.key_ids]
 
 
+def _comm_stages(table: CallTable) -> dict[str, tuple[int, int, str, str]]:
+    """Per communicator: (ranks, calls, ZeRO stage, reason) from its own calls per caller."""
+    known = table.key_ids[table.key_ids >= 0]
+    per_key = np.bincount(known, minlength=len(table.keys)).tolist()
+    counts: dict[str, dict[str, float]] = {}
+    callers: dict[str, set[tuple[str, int]]] = {}
+    ranks: dict[str, int] = {}
+    for key, calls in zip(table.keys, per_key, strict=True):
+        name = comm_name(key)
+        ops = counts.setdefault(name, {})
+        ops[key.op] = ops.get(key.op, 0.0) + calls
+        callers.setdefault(name, set()).add((key.process, -1 if key.rank is None else key.rank))
+        ranks[name] = max(ranks.get(name, 0), key.nranks or 0)
+    out = {}
+    for name, ops in counts.items():
+        n = max(1, len(callers[name]))
+        stage, why = zero_stage(
+            ops.get("AllReduce", 0.0) / n,
+            ops.get("AllGather", 0.0) / n,
+            ops.get("ReduceScatter", 0.0) / n,
+        )
+        out[name] = (ranks[name], int(sum(ops.values())), stage, why)
+    return out
+
+
+def _disagreeing(table: CallTable, stats: ShardingStats) -> ShardingStats:
+    """The stage "unknown" where a communicator as large as the chosen one reads another stage.
+
+    Tensor and data parallel of one size (Megatron, TP 8 beside DP 8) tie on ranks, and the
+    busier one, TP's activation AllReduces, was read as "ddp_or_zero1 (AllReduce gradient
+    sync)" beside the DP communicator's ReduceScatter and AllGather of the distributed
+    optimizer. Which is the gradient sync the log does not say: both are named.
+    """
+    stages = _comm_stages(table)
+    mine = stages.get(stats.comm or "")
+    if mine is None:
+        return stats
+    busiest = max(calls for _, calls, _, _ in stages.values())
+    others = [
+        (name, stage, why)
+        for name, (ranks, calls, stage, why) in sorted(stages.items())
+        if name != stats.comm
+        and ranks == mine[0]
+        and calls >= MIN_COMM_CALL_SHARE * busiest
+        and stage not in (stats.stage, "unknown")
+    ]
+    if not others or stats.stage == "unknown":
+        return stats
+    listed = "; ".join(f"{name}: {stage} ({why})" for name, stage, why in others)
+    return replace(
+        stats,
+        stage="unknown",
+        reason=(
+            f"communicators of {mine[0]} ranks read different stages, {stats.comm}: "
+            f"{stats.stage} ({stats.reason}); {listed}: tensor and data parallel of one size? "
+            "The log does not say which one syncs the gradients"
+        ),
+    )
+
+
 def sharding_of(
     table: CallTable,
     period_s: float | None,
@@ -145,7 +205,7 @@ def sharding_of(
         dtype=np.int64,
     )
     ids = table.key_ids[rows]
-    return sharding_from_codes(
+    stats = sharding_from_codes(
         op_of_key[ids],
         ops,
         table.nbytes[rows],
@@ -158,6 +218,7 @@ def sharding_of(
         latency_source=latency_source,
         resolution_s=table.resolution_s,
     )
+    return _disagreeing(table, stats) if stats is not None else None
 
 
 def p2p_calls(table: CallTable, limit: int | None = MAX_P2P_CALLS) -> list[P2PCall]:

@@ -91,6 +91,10 @@ _SHARDING_OPS = ("AllGather", "ReduceScatter")
 _STAGE_OPS = ("AllReduce", "AllGather", "ReduceScatter")
 
 
+#: A gather ratio this close to 2k (k ≥ 2) may be ZeRO-3 under k-step gradient accumulation.
+ACCUMULATION_MATCH = 0.05
+
+
 def zero_stage(allreduce: float, allgather: float, reduce_scatter: float) -> tuple[str, str]:
     """(stage, reason) from one process's call counts of the three ops (see the module doc)."""
     if allreduce + allgather + reduce_scatter <= 0:
@@ -117,6 +121,16 @@ def zero_stage(allreduce: float, allgather: float, reduce_scatter: float) -> tup
     if ZERO3_RATIO[0] <= ratio <= ZERO3_RATIO[1]:
         return "zero3_or_fsdp_full_shard", f"{text}: parameters gathered in forward and backward"
     if ratio > ZERO3_RATIO[1]:
+        # ZeRO-3 / FSDP under gradient accumulation gathers in every micro-step and
+        # reduce-scatters in the last: 2k per ReduceScatter (a probe's FSDP log, k = 4, was
+        # only asked about tensor parallelism).
+        k = round(ratio / 2.0)
+        if k >= 2 and abs(ratio / (2.0 * k) - 1.0) <= ACCUMULATION_MATCH:
+            return "unknown", (
+                f"{text}: more than ZeRO-3 makes; ZeRO-3 or FSDP accumulating gradients over {k} "
+                "micro-steps (gathers in each, one ReduceScatter), or tensor-parallel "
+                "AllGathers mixed in?"
+            )
         return "unknown", f"{text}: more than ZeRO-3 makes (tensor-parallel AllGathers mixed in?)"
     if ratio < ZERO2_RATIO[0]:
         return "unknown", f"{text}: fewer than one gather per reduce-scatter"
@@ -376,6 +390,10 @@ def sharding_from_codes(
         )
     elif not t_ok:
         notes.append("no sync period T: no calls per step or latency share")
+        if stage == "ddp_or_zero1":
+            # A tensor-parallel inference server all-reduces every layer of every token, at
+            # random: a probe's vLLM log read "AllReduce gradient sync", no word of doubt.
+            reason += "; but no steps were found: tensor-parallel inference all-reduces too"
     per_step = _median(all_steps)
     lat_step = latency_per_step(per_step, latency_s) if per_step is not None else None
     share = lat_step / period_s if lat_step is not None and period_s else None

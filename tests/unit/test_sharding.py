@@ -14,6 +14,7 @@ import pytest
 
 from agent.analyze import analyze_files
 from agent.estimate import Estimate
+from agent.regime_params import CallTable, sharding_of
 from agent.report import render_table
 from agent.sharding import (
     DEFAULT_LATENCY_S,
@@ -28,6 +29,7 @@ from agent.sharding import (
 )
 from agent.simulator.nccl_writer import LoggedCall, render_nccl_log
 from agent.table import COLUMNS, planning_rows
+from collectors._base import CallKey
 
 
 @pytest.mark.parametrize(
@@ -195,3 +197,58 @@ def test_without_sharding_the_new_columns_stay_empty() -> None:
     (job,) = planning_rows(est)
     assert [job[c] for c in COLUMNS[-4:]] == [None] * 4
     assert COLUMNS[-4:] == ("zero_stage", "collectives_per_step", "layer_gap_s", "latency_share")
+
+
+def _table(calls: list[tuple[float, str, str]]) -> CallTable:
+    """One process's calls (time, op, commId), 8 ranks on every communicator."""
+    keys: list[CallKey] = []
+    ids = []
+    for _, op, comm in calls:
+        key = CallKey(op, "node1:100", f"0x{comm}", 8, -1, 0, comm)
+        if key not in keys:
+            keys.append(key)
+        ids.append(keys.index(key))
+    return CallTable(
+        times=np.asarray([c[0] for c in calls]),
+        nbytes=np.full(len(calls), 64e6),
+        key_ids=np.asarray(ids, dtype=np.int64),
+        keys=keys,
+    )
+
+
+def test_tensor_and_data_parallel_of_one_size_that_disagree_are_named_not_guessed() -> None:
+    """Megatron, TP 8 beside DP 8: the busier TP communicator's activation AllReduces were read
+    as "ddp_or_zero1 (AllReduce gradient sync)" beside the distributed optimizer's
+    ReduceScatter and AllGather on DP."""
+    calls = []
+    for k in range(20):
+        t = 5.0 * k
+        calls += [(t + 0.01 * i, "AllReduce", "aa11") for i in range(200)]
+        calls += [(t + 4.0 + 0.01 * i, "ReduceScatter", "bb22") for i in range(30)]
+        calls += [(t + 4.5 + 0.01 * i, "AllGather", "bb22") for i in range(30)]
+    s = sharding_of(_table(calls), 5.0)
+    assert s is not None
+    assert s.stage == "unknown"
+    assert "aa11: ddp_or_zero1" in s.reason
+    assert "bb22: zero2" in s.reason
+
+
+def test_an_allreduce_log_without_steps_is_not_called_a_gradient_sync_alone() -> None:
+    rng = np.random.default_rng(2)
+    times = np.sort(rng.uniform(0.0, 300.0, 4000))
+    s = sharding_of(_table([(float(t), "AllReduce", "aa11") for t in times]), None)
+    assert s is not None
+    assert s.stage == "ddp_or_zero1"
+    assert "tensor-parallel inference all-reduces too" in s.reason
+
+
+@pytest.mark.parametrize(("ag", "accumulation"), [(256, 4), (128, 2), (100, None), (160, None)])
+def test_gathers_at_twice_a_whole_number_per_reduce_scatter_name_gradient_accumulation(
+    ag: int, accumulation: int | None
+) -> None:
+    """FSDP over 4 micro-steps gathers 8 times per ReduceScatter: it was only asked about
+    tensor parallelism."""
+    stage, reason = zero_stage(0, ag, 32)
+    assert stage == "unknown"
+    said = f"accumulating gradients over {accumulation} micro-steps"
+    assert (said in reason) if accumulation else ("accumulating" not in reason)

@@ -23,13 +23,12 @@ import numpy.typing as npt
 from agent.bursts import whole_burst_levels
 from agent.call_sequence import call_kinds, clumped_resolution, process_codes
 from agent.devices import (
-    LONGER_ON,
     DeviceSteps,
-    burst_threshold,
     device_steps,
-    last_done_share,
+    jobs_note,
     same_step,
     step_groups,
+    until_last_done,
 )
 from agent.errors import InputFormatError
 from agent.estimate import (
@@ -57,6 +56,7 @@ from agent.rates import (
     glitch_reads,
     nominal_interval,
     poll_change,
+    sum_grids,
 )
 from agent.regime_params import CallTable, arrivals_of, sharding_of, sparse_ops_of
 from agent.separation import DISTINGUISHING_SIGNALS
@@ -110,41 +110,6 @@ class AnalysisResult:
     sources: dict[str, list[str]]
     extra: dict[str, Any] = field(default_factory=dict)
     inputs: EstimateInputs = field(default_factory=EstimateInputs, repr=False, compare=False)
-
-
-def _combine_grids(parts: list[dict[Direction, GridSeries]]) -> dict[Direction, GridSeries]:
-    """Sum per-direction grids that share a step onto their common time span."""
-    if len(parts) == 1:
-        return parts[0]
-    out: dict[Direction, GridSeries] = {}
-    directions = sorted({d for p in parts for d in p})
-    for d in directions:
-        series = [p[d] for p in parts if d in p]
-        dt = series[0].dt
-        t0 = max(s.t0 for s in series)
-        t1 = min(s.t0 + s.duration_s for s in series)
-        n = int((t1 - t0) / dt)
-        if n < 8:
-            raise InputFormatError(
-                "<counters>", "the counter files do not overlap in time; analyze them one by one"
-            )
-        total = np.zeros(n)
-        valid = np.ones(n, dtype=bool)
-        for s in series:
-            k = round((t0 - s.t0) / s.dt)
-            seg = s.rate[k : k + n]
-            total += np.nan_to_num(seg)
-            valid &= s.valid[k : k + n]
-        out[d] = GridSeries(
-            t0=t0,
-            dt=dt,
-            rate=np.where(valid, total, np.nan),
-            valid=valid,
-            resets=sum(s.resets for s in series),
-            wraps=sum(s.wraps for s in series),
-            refresh_s=max((s.refresh_s or 0.0 for s in series), default=0.0) or None,
-        )
-    return out
 
 
 #: More counter resets than this share of the reads, and at least ``MIN_RATE_RESETS``: the
@@ -413,7 +378,12 @@ def _counters(paths: Sequence[Path]) -> CounterRead:
             "microseconds, name it time_ms or time_us)"
         )
     notes += _overlap_notes([(path, times) for path, times, _ in per_file])
-    combined = at_refresh_interval(_combine_grids(grids))
+    try:
+        combined = at_refresh_interval(sum_grids(grids))
+    except ValueError:
+        raise InputFormatError(
+            "<counters>", "the counter files do not overlap in time; analyze them one by one"
+        ) from None
     devices: dict[str, Grids] = {}
     for path, _, ports_of_file in per_file:
         for port, port_grids in ports_of_file.items():
@@ -1427,8 +1397,8 @@ def analyze_files(
             groups = step_groups(device_steps(read.devices))
             if len(groups) >= 2:
                 # Two jobs (or more), each on its own devices: the busiest one's.
-                network = _combine_grids([dict(read.devices[s.name]) for s in groups[0]])
-                input_notes.append(_jobs_note(groups, read.devices))
+                network = sum_grids([read.devices[s.name] for s in groups[0]])
+                input_notes.append(jobs_note(groups, len(read.devices)))
         network_source = "counters"
         sources["counters"] = [str(p) for p in counters]
     input_notes += repeated
@@ -1544,63 +1514,24 @@ def analyze_files(
     return AnalysisResult(estimate=est, sources=sources, extra=extra, inputs=inputs)
 
 
-def _names(steps: Sequence[DeviceSteps]) -> str:
-    return ", ".join(sorted(s.name for s in steps))
-
-
-def _jobs_note(groups: Sequence[Sequence[DeviceSteps]], devices: Mapping[str, Grids]) -> str:
-    """Which devices step at which period, and whose T, B and D are shown."""
-    total = sum(s.bytes_per_s for g in groups for s in g)
-    parts = [f"{_names(g)} at T = {g[0].estimate.period_s or 0.0:.4g} s" for g in groups]
-    share = sum(s.bytes_per_s for s in groups[0]) / total if total > 0 else 1.0
-    return (
-        f"the devices step apart ({'; '.join(parts)}): two jobs on this host, or more? "
-        f"T, B and D are those of the busiest group, {_names(groups[0])} ({share:.0%} of the "
-        f"bytes of the {sum(len(g) for g in groups)} devices with steps, of {len(devices)})"
-    )
-
-
 def _until_the_last_is_done(
     inputs: EstimateInputs,
     est: Estimate,
     groups: Sequence[Sequence[DeviceSteps]],
     devices: Mapping[str, Grids],
 ) -> Estimate:
-    """D until the job's last device is done, where its devices' bursts outlast their sum's.
-
-    See :mod:`agent.devices`: a rail at half speed, or channels started apart, keep a device
-    busy after the sum's bursts have ended; the step waits for it all the same.
-    """
-    t, d, way = est.period_s, est.duty_cycle, est.direction
-    if t is None or d is None or way is None or est.duty_cycle_source != "network":
-        return est
-    host = inputs.network.get(way)
-    if host is None:
-        return est
-    job = next((g for g in groups if same_step(g[0].estimate.period_s or 0.0, t)), None)
-    members = [(s, devices[s.name].get(way)) for s in job or ()]
-    timed = [(s, g, burst_threshold(g)) for s, g in members if g is not None]
-    clear = [(s, g, cut) for s, g, cut in timed if cut is not None]
-    if len(clear) < 2:
-        return est
-    share = last_done_share(host, [(g, cut) for _, g, cut in clear])
-    if share is None or share < LONGER_ON * d:
-        return est
-    longest = sorted((s for s, _, _ in clear), key=lambda s: -(s.estimate.duty_cycle or 0.0))
-    shown = ", ".join(f"{s.name} {s.estimate.duty_cycle or 0.0:.2f}" for s in longest[:3])
-    note = (
-        f"the job's devices are in a burst longer than their sum shows (their own D: {shown}"
-        f"{', ...' if len(longest) > 3 else ''}): a slow or loaded rail, or channels out of "
-        f"step; the step waits until the last one is done, so D counts until then "
-        f"({d:.2f} -> {share:.2f})"
+    """D until the job's last device is done (:func:`agent.devices.until_last_done`)."""
+    way, t = est.direction, est.period_s
+    host = inputs.network.get(way) if way is not None else None
+    job = (
+        next((g for g in groups if same_step(g[0].estimate.period_s or 0.0, t)), None)
+        if t
+        else None
     )
-    on = est.network_on_ratio
-    return replace(
-        est,
-        duty_cycle=share,
-        network_on_ratio=max(on, share) if on is not None else None,
-        warnings=(*est.warnings, note),
-    )
+    if host is None or job is None or way is None:
+        return est
+    members = [(s.name, devices[s.name].get(way), s.estimate.duty_cycle) for s in job]
+    return until_last_done(est, host, [(n, g, d) for n, g, d in members if g is not None])
 
 
 def _no_coll_note(summary: NcclLogSummary) -> str:

@@ -21,7 +21,7 @@ is, D counts until the last of them ends (:func:`last_done_share`). Pure functio
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -34,9 +34,11 @@ __all__ = [
     "DeviceSteps",
     "burst_threshold",
     "device_steps",
+    "jobs_note",
     "last_done_share",
     "same_step",
     "step_groups",
+    "until_last_done",
 ]
 
 Grids = Mapping[Direction, GridSeries]
@@ -173,3 +175,54 @@ def last_done_share(host: GridSeries, members: Sequence[tuple[GridSeries, float]
         union |= seg >= threshold
     count = int(np.count_nonzero(known))
     return float(np.count_nonzero(union & known)) / count if count else None
+
+
+def _names(steps: Sequence[DeviceSteps]) -> str:
+    return ", ".join(sorted(s.name for s in steps))
+
+
+def jobs_note(groups: Sequence[Sequence[DeviceSteps]], devices: int) -> str:
+    """Which devices step at which period, and whose T, B and D are shown (the first group)."""
+    total = sum(s.bytes_per_s for g in groups for s in g)
+    parts = [f"{_names(g)} at T = {g[0].estimate.period_s or 0.0:.4g} s" for g in groups]
+    share = sum(s.bytes_per_s for s in groups[0]) / total if total > 0 else 1.0
+    return (
+        f"the devices step apart ({'; '.join(parts)}): two jobs on this host, or more? "
+        f"T, B and D are those of the busiest group, {_names(groups[0])} ({share:.0%} of the "
+        f"bytes of the {sum(len(g) for g in groups)} devices with steps, of {devices})"
+    )
+
+
+def until_last_done(
+    est: Estimate, host: GridSeries, members: Sequence[tuple[str, GridSeries, float | None]]
+) -> Estimate:
+    """D until the job's last device is done, where its devices' bursts outlast their sum's.
+
+    ``host`` is the grid ``est`` was made on (its direction); ``members`` the job's devices:
+    (name, grid in that direction, own D). A rail at half speed, or channels started apart,
+    keep a device busy after the sum's bursts have ended; the step waits for it all the same.
+    """
+    d = est.duty_cycle
+    if est.period_s is None or d is None or est.duty_cycle_source != "network":
+        return est
+    clear = [(n, g, own, cut) for n, g, own in members if (cut := burst_threshold(g)) is not None]
+    if len(clear) < 2:
+        return est
+    share = last_done_share(host, [(g, cut) for _, g, _, cut in clear])
+    if share is None or share < LONGER_ON * d:
+        return est
+    longest = sorted(clear, key=lambda m: -(m[2] or 0.0))
+    shown = ", ".join(f"{n} {own or 0.0:.2f}" for n, _, own, _ in longest[:3])
+    note = (
+        f"the job's devices are in a burst longer than their sum shows (their own D: {shown}"
+        f"{', ...' if len(longest) > 3 else ''}): a slow or loaded rail, or channels out of "
+        f"step; the step waits until the last one is done, so D counts until then "
+        f"({d:.2f} -> {share:.2f})"
+    )
+    on = est.network_on_ratio
+    return replace(
+        est,
+        duty_cycle=share,
+        network_on_ratio=max(on, share) if on is not None else None,
+        warnings=(*est.warnings, note),
+    )

@@ -10,6 +10,7 @@ backoff and never takes the others down.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
 import threading
@@ -19,8 +20,17 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 import numpy as np
+import numpy.typing as npt
 
 from agent.clock import Clock, MonotonicClock, Ticker
+from agent.devices import (
+    DeviceSteps,
+    device_steps,
+    jobs_note,
+    same_step,
+    step_groups,
+    until_last_done,
+)
 from agent.errors import SourceError, SourceUnavailable
 from agent.estimate import (
     MIN_ARRIVAL_POLLS,
@@ -31,7 +41,7 @@ from agent.estimate import (
     estimate_recent,
     log_grid,
 )
-from agent.rates import Direction, GridSeries
+from agent.rates import Direction, GridSeries, sum_grids
 from agent.regime import IDLE_BYTES_PER_S, RegimeGate
 from agent.regime_params import RegimeParams, regime_params
 from agent.sharding import DEFAULT_LATENCY_S
@@ -54,12 +64,14 @@ from agent.windows import (
     BurstTally,
     CollectiveWindow,
     CounterWindow,
+    DeviceDeltas,
     DeviceStatus,
     DeviceTable,
     GpuWindow,
     OpTimings,
     SizeHistogram,
     TimingWindow,
+    device_grids,
     window_capacity,
 )
 from collectors._base import (
@@ -241,6 +253,8 @@ class _State:
     gpu: GpuWindow
     calls: CollectiveWindow
     counters: dict[str, CounterWindow] = field(default_factory=dict)  # one per source
+    #: Each source's per-column increments, for the view per device (agent.devices).
+    device_deltas: dict[str, DeviceDeltas] = field(default_factory=dict)
     devices: DeviceTable = field(default_factory=DeviceTable)
     health: dict[str, SourceHealth] = field(default_factory=dict)
     stats: dict[str, Mapping[str, int]] = field(default_factory=dict)
@@ -252,6 +266,47 @@ class _State:
         if window is None:
             window = self.counters[source] = CounterWindow(self.counter_capacity)
         return window
+
+    def device_window(self, source: str) -> DeviceDeltas:
+        window = self.device_deltas.get(source)
+        if window is None:
+            window = self.device_deltas[source] = DeviceDeltas(self.counter_capacity)
+        return window
+
+
+#: Hops between two looks at the devices one by one (each busy device estimated on its own).
+DEVICE_CHECK_HOPS = 15
+#: ... over their newest seconds only.
+DEVICE_CHECK_S = 30.0
+
+
+@dataclass(frozen=True)
+class _DeviceView:
+    """What the last look at a source's devices found (see :mod:`agent.devices`)."""
+
+    source: str
+    groups: tuple[tuple[DeviceSteps, ...], ...]
+    #: Two jobs or more: the busiest group's devices, whose sum is estimated; else None.
+    job: tuple[str, ...] | None
+    note: str | None
+    #: The job's devices were in a burst longer than their sum at the look: D is counted
+    #: until the last one is done every hop, until the next look says otherwise.
+    apart: bool = False
+
+
+def _look_at_devices(
+    source: str, columns: tuple[str, ...], rows: npt.NDArray[np.float64]
+) -> _DeviceView:
+    """Each busy device of ``source`` estimated on its own, grouped by its step time."""
+    devices = device_grids(columns, rows)
+    groups = step_groups(device_steps(devices)) if len(devices) >= 2 else []
+    apart = len(groups) >= 2
+    return _DeviceView(
+        source=source,
+        groups=tuple(tuple(g) for g in groups),
+        job=tuple(s.name for s in groups[0]) if apart else None,
+        note=jobs_note(groups, len(devices)) if apart else None,
+    )
 
 
 #: A burst's end moves by a grid slot or so from one window to the next.
@@ -319,6 +374,9 @@ class Pipeline:
         self._estimates = 0
         self._last_burst_wall: float | None = None
         self._job_comm_id: str | None = None
+        #: The last look at the network source's devices one by one, and hops since.
+        self._device_view: _DeviceView | None = None
+        self._device_hops = 0
         self._network_source: str | None = None
         #: Calls before this time are old traffic after a re-lock or a lost lock: the NCCL
         #: log's estimates start here (counter windows drop their polls instead; the calls
@@ -512,9 +570,11 @@ class Pipeline:
             st = self._state  # re-read: a reload may have replaced the windows
             if isinstance(reading, CounterBatch):
                 st.counter_window(source).add_batch(reading)
+                st.device_window(source).add_batch(reading)
                 st.devices.add_batch(source, reading)
             elif isinstance(reading, CounterReading):
                 st.counter_window(source).add(reading)
+                st.device_window(source).add(reading)
                 st.devices.add_reading(source, reading)
             elif isinstance(reading, DeviceInfo):
                 st.devices.add_info(source, reading)
@@ -596,7 +656,15 @@ class Pipeline:
     def _inputs(self) -> tuple[str | None, float | None, EstimateInputs | None]:
         """(network source, window start, inputs); no inputs while too little is known."""
         st = self._state
-        source, grids = self._network(since=self._window_start(self._cfg.lock_window_periods))
+        start = self._window_start(self._cfg.lock_window_periods)
+        source, grids = self._network(since=start)
+        view = self._device_view
+        if grids and view is not None and view.job is not None and view.source == source:
+            # Two jobs on their own devices: the busiest one's devices are the network.
+            devices = st.device_window(source).devices(since=start)
+            # (No device of the job left in the window: the source's sum.)
+            with contextlib.suppress(ValueError):
+                grids = sum_grids([devices[name] for name in view.job if name in devices])
         since: float | None = None
         if grids:
             since = min(g.t0 for g in grids.values())
@@ -634,6 +702,47 @@ class Pipeline:
                 self.estimator_errors += 1
                 log.exception("estimating this hop failed; keeping the last snapshot")
 
+    async def _per_device(self, source: str, inputs: EstimateInputs, est: Estimate) -> Estimate:
+        """The hop's estimate as the source's devices one by one correct it.
+
+        Every ``DEVICE_CHECK_HOPS`` hops each busy device is estimated on its own
+        (:func:`agent.devices.device_steps`, off the event loop): devices that step apart are
+        two jobs, and the next hops estimate the busiest one's devices (:meth:`_inputs`);
+        devices of the job in a burst longer than their sum keep D counting until the last one
+        is done (:func:`agent.devices.until_last_done`), every hop while it holds.
+        """
+        window = self._state.device_deltas.get(source)
+        if window is None:
+            return est
+        since = min(g.t0 for g in inputs.network.values())
+        view = self._device_view
+        if view is None or view.source != source or self._device_hops >= DEVICE_CHECK_HOPS:
+            self._device_hops = 0
+            newest = max(since, self._clock.now() - DEVICE_CHECK_S)
+            # The rows are copied here, on the loop that appends to them.
+            view = await asyncio.to_thread(_look_at_devices, source, *window.rows(newest))
+            self._device_view = view
+        self._device_hops += 1
+        if view.note is not None:
+            est = replace(est, warnings=(*est.warnings, view.note))
+        t, way = est.period_s, est.direction
+        job = next((g for g in view.groups if t and same_step(g[0].estimate.period_s or 0, t)), ())
+        host = inputs.network.get(way) if way is not None else None
+        if len(job) < 2 or host is None or way is None:
+            return est
+        if not view.apart and self._device_hops != 1:
+            return est  # the look found them together: no per-device grids every hop
+        devices = await asyncio.to_thread(device_grids, *window.rows(since))
+        members = [
+            (s.name, devices[s.name].get(way), s.estimate.duty_cycle)
+            for s in job
+            if s.name in devices
+        ]
+        done = until_last_done(est, host, [(n, g, d) for n, g, d in members if g is not None])
+        if self._device_hops == 1:
+            self._device_view = replace(view, apart=done is not est)
+        return done
+
     def _mark_silent(self) -> None:
         """Sources silent for longer than they may be (``stale_after_s``) are down.
 
@@ -669,6 +778,8 @@ class Pipeline:
             min_window_s=self._cfg.min_window_s,
             idle_bytes_per_s=self._cfg.idle_bytes_per_s,
         )
+        if source is not None and inputs.network:
+            est = await self._per_device(source, inputs, est)
         took = time.perf_counter() - began
         if est.last_burst_end_s is not None:
             # Grid times are the clock's; the alert compares with Prometheus' time().

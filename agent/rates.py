@@ -702,6 +702,39 @@ def _column_on_base(
     return out, resets, wraps
 
 
+def sum_grids(parts: Sequence[Mapping[Direction, GridSeries]]) -> dict[Direction, GridSeries]:
+    """Sum per-direction grids that share a step onto their common time span."""
+    if len(parts) == 1:
+        return dict(parts[0])
+    out: dict[Direction, GridSeries] = {}
+    directions = sorted({d for p in parts for d in p})
+    for d in directions:
+        series = [p[d] for p in parts if d in p]
+        dt = series[0].dt
+        t0 = max(s.t0 for s in series)
+        t1 = min(s.t0 + s.duration_s for s in series)
+        n = int((t1 - t0) / dt)
+        if n < 8:
+            raise ValueError("the grids do not overlap in time")
+        total = np.zeros(n)
+        valid = np.ones(n, dtype=bool)
+        for s in series:
+            k = round((t0 - s.t0) / s.dt)
+            seg = s.rate[k : k + n]
+            total += np.nan_to_num(seg)
+            valid &= s.valid[k : k + n]
+        out[d] = GridSeries(
+            t0=t0,
+            dt=dt,
+            rate=np.where(valid, total, np.nan),
+            valid=valid,
+            resets=sum(s.resets for s in series),
+            wraps=sum(s.wraps for s in series),
+            refresh_s=max((s.refresh_s or 0.0 for s in series), default=0.0) or None,
+        )
+    return out
+
+
 def direction_grids(
     times: FloatArray,
     columns: Mapping[str, npt.NDArray[np.uint64]],
@@ -753,4 +786,5 @@ __all__ += [
     "refresh_cadence",
     "spread_slots",
     "stale_reads",
+    "sum_grids",
 ]

@@ -20,6 +20,7 @@ from agent.rates import (
     Direction,
     GridSeries,
     at_refresh_interval,
+    column_device,
     column_direction,
     counter_delta,
     grid_from_cumulative,
@@ -46,6 +47,7 @@ __all__ = [
     "BurstTally",
     "CollectiveWindow",
     "CounterWindow",
+    "DeviceDeltas",
     "DeviceStatus",
     "DeviceTable",
     "GpuWindow",
@@ -54,6 +56,7 @@ __all__ = [
     "SizeHistogram",
     "Tally",
     "TimingWindow",
+    "device_grids",
     "split_column",
     "window_capacity",
 ]
@@ -425,6 +428,99 @@ class CounterWindow:
             except ValueError:
                 continue
         return at_refresh_interval(out)
+
+
+class DeviceDeltas:
+    """Per column byte increments of one counter source's polls: each device's own window.
+
+    :class:`CounterWindow` sums a source's columns per direction as they come, so which device
+    moved which bytes is gone there. Two jobs on their own rails of one host, or a rail slower
+    than the others, show only per device (:mod:`agent.devices`). Rows are (time, increment
+    per column); an increment that is not a plain rise (a reset, a wrap, a column unread at
+    the poll before) is unknown (NaN). A change of the columns (a device that came or went)
+    starts the window over.
+    """
+
+    def __init__(self, capacity: int) -> None:
+        self._capacity = capacity
+        self._columns: tuple[str, ...] = ()
+        self._ring: Ring | None = None
+        self._previous: npt.NDArray[np.uint64] | None = None
+        self._last_time: float | None = None
+
+    def add(self, reading: CounterReading) -> None:
+        """Account one poll."""
+        columns = tuple(sorted(reading.values))
+        values = np.asarray([[reading.values[c] for c in columns]], dtype=np.uint64)
+        self._add(np.asarray([reading.time_s]), columns, values)
+
+    def add_batch(self, batch: CounterBatch) -> None:
+        """Account consecutive polls at once."""
+        if len(batch):
+            self._add(batch.times, batch.columns, batch.values)
+
+    def _add(
+        self, times: FloatArray, columns: tuple[str, ...], values: npt.NDArray[np.uint64]
+    ) -> None:
+        if columns != self._columns or self._ring is None:
+            self._columns = columns
+            self._ring = Ring(self._capacity, 1 + len(columns))
+            self._previous, self._last_time = None, None
+        if self._last_time is not None:
+            keep = times > self._last_time  # duplicate or out-of-order polls: no interval
+            if not keep.all():
+                times, values = times[keep], values[keep]
+        if times.size == 0:
+            return
+        if self._previous is None:
+            self._previous, self._last_time = values[0], float(times[0])
+            times, values = times[1:], values[1:]
+            if times.size == 0:
+                return
+        stacked = np.vstack((self._previous[np.newaxis, :], values))
+        before, after = stacked[:-1], stacked[1:]
+        rose = after >= before
+        increments = np.where(
+            rose, (after - np.where(rose, before, after)).astype(np.float64), np.nan
+        )
+        rows = np.empty((times.size, 1 + len(columns)))
+        rows[:, 0] = times
+        rows[:, 1:] = increments
+        self._ring.extend(rows)
+        self._previous, self._last_time = values[-1], float(times[-1])
+
+    def rows(self, since: float | None = None) -> tuple[tuple[str, ...], FloatArray]:
+        """The columns and a copy of the rows ``since`` on (for :func:`device_grids`)."""
+        if self._ring is None:
+            return (), np.empty((0, 1))
+        return self._columns, self._ring.since(since)
+
+    def devices(self, since: float | None = None) -> dict[str, dict[Direction, GridSeries]]:
+        """Each device's rate grids (directions with at least 3 polls), ``since`` on."""
+        return device_grids(*self.rows(since))
+
+
+def device_grids(
+    columns: tuple[str, ...], rows: FloatArray
+) -> dict[str, dict[Direction, GridSeries]]:
+    """Each device's rate grids from :meth:`DeviceDeltas.rows` (a pure function of them)."""
+    if rows.shape[0] < 3:
+        return {}
+    times = rows[:, 0]
+    parts: dict[tuple[str, Direction], list[int]] = {}
+    for j, name in enumerate(columns):
+        parts.setdefault((column_device(name), column_direction(name)), []).append(j + 1)
+    out: dict[str, dict[Direction, GridSeries]] = {}
+    for (device, direction), cols in parts.items():
+        if not device or direction == "total":
+            continue
+        deltas = rows[1:, cols].sum(axis=1)  # NaN in any column: unknown
+        try:
+            grid = grid_from_cumulative(times, deltas)
+        except ValueError:
+            continue
+        out.setdefault(device, {})[direction] = grid
+    return {d: at_refresh_interval(g) for d, g in out.items()}
 
 
 class GpuWindow:

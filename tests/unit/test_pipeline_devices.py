@@ -1,0 +1,105 @@
+"""The live agent on a multi-rail host: two jobs on their own rails, a rail slower than the rest.
+
+The analysis of recordings tells these apart per device (tests/unit/test_multi_device.py); the
+daemon, which the alert reads, summed its source's devices as well: two jobs at 1.0 and 1.5 s
+read a T of neither, or D 0.55 over two jobs under 0.5, and a slow rail's tail was not
+counted in D. Real-time pipelines on a source of rails polled at 100 Hz.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+import pytest
+
+from agent import pipeline as pipeline_module
+from agent.clock import MonotonicClock, Ticker
+from agent.pipeline import Pipeline, PipelineSettings, Snapshot, SnapshotStore
+from collectors._base import CounterReading, Emit
+
+RATE = 1e9  # bytes/s of one rail in a burst
+
+
+class Rails:
+    """Rails of bursts, each (period, burst length, rate), polled every 10 ms (real clock)."""
+
+    name = "rails"
+
+    def __init__(self, rails: Sequence[tuple[float, float, float]]) -> None:
+        self.rails = list(rails)
+
+    @staticmethod
+    def _on(t: float, period: float, length: float) -> float:
+        k, phase = divmod(max(t, 0.0), period)
+        return k * length + min(phase, length)
+
+    async def run(self, emit: Emit) -> None:
+        clock = MonotonicClock()
+        ticker = Ticker(clock, 0.01)
+        start = clock.now()
+        while True:
+            now = await ticker.tick()
+            t = now - start
+            emit(
+                CounterReading(
+                    now,
+                    {
+                        f"mlx5_{k}:1_tx_bytes": int(rate * self._on(t, period, length))
+                        for k, (period, length, rate) in enumerate(self.rails)
+                    },
+                )
+            )
+
+
+def _run(rails: Sequence[tuple[float, float, float]], run_s: float) -> list[Snapshot]:
+    seen: list[Snapshot] = []
+    settings = PipelineSettings(hop_s=0.5, counter_rate_hz=100)
+    pipeline = Pipeline([Rails(rails)], SnapshotStore(), settings=settings, on_snapshot=seen.append)
+
+    async def main() -> None:
+        asyncio.get_running_loop().call_later(run_s, pipeline.stop)
+        await pipeline.run()
+
+    asyncio.run(main())
+    return seen
+
+
+def test_two_jobs_on_their_own_rails_are_shown_as_the_busier_one_live(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(pipeline_module, "DEVICE_CHECK_HOPS", 4)
+    rails = [(0.5, 0.2, RATE)] * 4 + [(0.75, 0.2, RATE)] * 4
+    seen = _run(rails, 14.0)
+    last = [s.estimate for s in seen[-4:] if s.estimate is not None]
+    assert len(last) == 4
+    for est in last:
+        assert est.period_s == pytest.approx(0.5, rel=0.02)
+        assert est.duty_cycle == pytest.approx(0.4, abs=0.03)
+        note = next(w for w in est.warnings if "devices step apart" in w)
+        assert "mlx5_0:1, mlx5_1:1, mlx5_2:1, mlx5_3:1 at T = 0.5" in note
+
+
+def test_a_slow_rail_keeps_d_counting_until_it_is_done_live(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(pipeline_module, "DEVICE_CHECK_HOPS", 4)
+    rails = [(0.5, 0.15, RATE)] * 3 + [(0.5, 0.3, RATE / 2)]
+    seen = _run(rails, 10.0)
+    last = [s.estimate for s in seen[-4:] if s.estimate is not None]
+    assert len(last) == 4
+    for est in last:
+        assert est.period_s == pytest.approx(0.5, rel=0.02)
+        assert est.duty_cycle == pytest.approx(0.6, abs=0.04)
+        assert any("longer than their sum" in w for w in est.warnings)
+
+
+def test_rails_in_step_are_left_as_their_sum_live(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(pipeline_module, "DEVICE_CHECK_HOPS", 4)
+    seen = _run([(0.5, 0.15, RATE)] * 4, 8.0)
+    last = [s.estimate for s in seen[-4:] if s.estimate is not None]
+    assert len(last) == 4
+    for est in last:
+        assert est.period_s == pytest.approx(0.5, rel=0.02)
+        assert est.duty_cycle == pytest.approx(0.3, abs=0.03)
+        assert not any("devices" in w for w in est.warnings)

@@ -11,12 +11,14 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 
+import numpy as np
 import pytest
 
 from agent import pipeline as pipeline_module
 from agent.clock import MonotonicClock, Ticker
 from agent.pipeline import Pipeline, PipelineSettings, Snapshot, SnapshotStore
-from collectors._base import CounterReading, Emit
+from agent.windows import DeviceDeltas
+from collectors._base import CounterBatch, CounterReading, Emit
 
 RATE = 1e9  # bytes/s of one rail in a burst
 
@@ -103,3 +105,37 @@ def test_rails_in_step_are_left_as_their_sum_live(monkeypatch: pytest.MonkeyPatc
         assert est.period_s == pytest.approx(0.5, rel=0.02)
         assert est.duty_cycle == pytest.approx(0.3, abs=0.03)
         assert not any("devices" in w for w in est.warnings)
+
+
+def test_device_deltas_keep_each_device_apart_and_a_reset_unknown() -> None:
+    """Batches and single polls give the same rows; a counter that falls (a driver reload)
+    leaves that interval unknown for its device only."""
+    times = np.arange(0.0, 1.0, 0.01)
+    a = (np.arange(times.size) * 1000).astype(np.uint64)
+    b = (np.arange(times.size) * 3000 + 10**12).astype(np.uint64)
+    b[60:] -= np.uint64(10**12)  # reset at poll 60
+    columns = ("mlx5_0:1_tx_bytes", "mlx5_1:1_tx_bytes")
+    batched, single = DeviceDeltas(512), DeviceDeltas(512)
+    batched.add_batch(CounterBatch(times[:50], columns, np.stack((a, b), 1)[:50]))
+    batched.add_batch(CounterBatch(times[50:], columns, np.stack((a, b), 1)[50:]))
+    for k, t in enumerate(times):
+        single.add(CounterReading(float(t), {columns[0]: int(a[k]), columns[1]: int(b[k])}))
+    np.testing.assert_array_equal(batched.rows()[1], single.rows()[1])
+    devices = batched.devices()
+    assert sorted(devices) == ["mlx5_0:1", "mlx5_1:1"]
+    rate0, rate1 = devices["mlx5_0:1"]["tx"].rate, devices["mlx5_1:1"]["tx"].rate
+    assert np.nanmedian(rate0) == pytest.approx(1e5, rel=1e-6)
+    assert np.nanmedian(rate1) == pytest.approx(3e5, rel=1e-6)
+    assert np.isfinite(rate0).all()
+    assert int(np.isnan(rate1).sum()) == 1
+
+
+def test_device_deltas_start_over_when_the_devices_change() -> None:
+    window = DeviceDeltas(64)
+    for k in range(10):
+        window.add(CounterReading(0.01 * k, {"eth0_tx_bytes": 100 * k}))
+    for k in range(10, 20):
+        window.add(CounterReading(0.01 * k, {"eth0_tx_bytes": 100 * k, "eth1_tx_bytes": 7 * k}))
+    columns, rows = window.rows()
+    assert columns == ("eth0_tx_bytes", "eth1_tx_bytes")
+    assert rows.shape == (9, 3)  # the first poll of the new set is the base of the next

@@ -1382,7 +1382,7 @@ def analyze_files(
     nccl_logs = _paths(nccl_logs, "nccl_logs", repeated)
     pcaps, inspector = _paths(pcaps, "pcaps", repeated), _paths(inspector, "inspector", repeated)
     sources: dict[str, list[str]] = {}
-    extra: dict[str, Any] = {}
+    extra: dict[str, Any] = {"devices": None}
     capture_notes: list[str] = []
     input_notes: list[str] = []
     network: dict[Direction, GridSeries] = {}
@@ -1394,7 +1394,9 @@ def analyze_files(
         read = _counters(counters)
         network, counter_dt, input_notes = read.network, read.dt, read.notes
         if read.devices:
-            groups = step_groups(device_steps(read.devices))
+            steps = device_steps(read.devices)
+            extra["devices"] = [_device_json(s) for s in steps]
+            groups = step_groups(steps)
             if len(groups) >= 2:
                 # Two jobs (or more), each on its own devices: the busiest one's.
                 network = sum_grids([read.devices[s.name] for s in groups[0]])
@@ -1512,6 +1514,20 @@ def analyze_files(
         )
         extra["alltoall"], extra["pipeline"] = sparse_ops_json(summary, est.period_s, table=table)
     return AnalysisResult(estimate=est, sources=sources, extra=extra, inputs=inputs)
+
+
+def _device_json(s: DeviceSteps) -> dict[str, Any]:
+    """One device's own estimate, as ``analyze --json`` lists it under ``devices``."""
+    e = s.estimate
+    return {
+        "device": s.name,
+        "mean_bandwidth_bytes_per_s": s.bytes_per_s,
+        "period_s": e.period_s,
+        "confidence": e.confidence,
+        "burst_bandwidth_bytes_per_s": e.burst_bandwidth,
+        "duty_cycle": e.duty_cycle,
+        "direction": e.direction,
+    }
 
 
 def _until_the_last_is_done(

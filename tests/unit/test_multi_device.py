@@ -70,9 +70,11 @@ def _job(rails: int, period: float, duty: float, *, rate: float = RAIL_RATE) -> 
 
 
 def test_rails_in_step_keep_the_sum_and_say_nothing(tmp_path: Path) -> None:
-    est = analyze_files(counters=_rails(tmp_path / "c.csv", _job(8, 1.5, 0.3))).estimate
+    result = analyze_files(counters=_rails(tmp_path / "c.csv", _job(8, 1.5, 0.3)))
+    est = result.estimate
     assert est.period_s == pytest.approx(1.5, rel=0.01)
     assert est.burst_bandwidth == pytest.approx(8 * RAIL_RATE, rel=0.02)
+    assert len(result.extra["devices"]) == 8
     assert est.duty_cycle == pytest.approx(0.3, abs=0.01)
     assert not [w for w in est.warnings if "devices" in w]
 
@@ -107,8 +109,16 @@ def test_a_slow_rail_keeps_the_step_waiting_and_d_counts_until_it_is_done(
     """Rail 3 at half speed carries its share for 0.9 s where the others take 0.45 s."""
     rails = _job(8, 1.5, 0.3)
     rails[3] = (1.5, 0.9, 0.2, RAIL_RATE / 2)
-    est = analyze_files(counters=_rails(tmp_path / "c.csv", rails)).estimate
+    result = analyze_files(counters=_rails(tmp_path / "c.csv", rails))
+    est = result.estimate
     assert est.period_s == pytest.approx(1.5, rel=0.01)
+    listed = {d["device"]: d for d in result.extra["devices"]}
+    assert sorted(listed) == [f"mlx5_{k}:1" for k in range(8)]
+    assert listed["mlx5_3:1"]["duty_cycle"] == pytest.approx(0.6, abs=0.02)
+    assert listed["mlx5_3:1"]["burst_bandwidth_bytes_per_s"] == pytest.approx(
+        RAIL_RATE / 2, rel=0.03
+    )
+    assert listed["mlx5_0:1"]["duty_cycle"] == pytest.approx(0.3, abs=0.02)
     assert est.duty_cycle == pytest.approx(0.6, abs=0.03)
     note = next(w for w in est.warnings if "longer than their sum" in w)
     assert "their own D: mlx5_3:1 0.60" in note

@@ -34,6 +34,7 @@ __all__ = [
     "DeviceSteps",
     "burst_threshold",
     "device_steps",
+    "in_step",
     "jobs_note",
     "last_done_share",
     "same_step",
@@ -100,6 +101,42 @@ def device_steps(devices: Mapping[str, Grids]) -> list[DeviceSteps]:
         inputs = EstimateInputs(network=_newest(grids, NEWEST_SLOTS), network_source="counters")
         out.append(DeviceSteps(name, rates[name], estimate(inputs)))
     return out
+
+
+#: Busy devices whose rates all correlate this well with their sum move in step: one job, no
+#: rail behind the others (a rail at half speed for twice as long correlates ~0.7).
+IN_STEP = 0.95
+
+
+def in_step(devices: Mapping[str, Grids]) -> bool:
+    """Whether the busy devices move in step, so that their own estimates would add nothing.
+
+    The live agent's look costs one estimate per device (8 rails: ~55 ms); rails of one job
+    polled together are told by a correlation first. Grids of one poll table (same slots).
+    """
+    rates = {name: _mean_rate(g) for name, g in devices.items()}
+    total = sum(rates.values())
+    if total <= 0:
+        return True
+    busy = [name for name in devices if rates[name] >= MIN_SHARE * total]
+    if len(busy) < 2:
+        return True
+    for way in {d for name in busy for d in devices[name]}:
+        series = [devices[name][way].rate for name in busy if way in devices[name]]
+        if len(series) < 2 or len({x.size for x in series}) != 1:
+            return False
+        stack = np.vstack(series)
+        known = np.isfinite(stack).all(axis=0)
+        if int(known.sum()) < 16:
+            return False
+        stack = stack[:, known]
+        summed = stack.sum(axis=0)
+        if float(np.std(summed)) <= 0:
+            continue
+        for x in stack:
+            if float(np.std(x)) <= 0 or float(np.corrcoef(x, summed)[0, 1]) < IN_STEP:
+                return False
+    return True
 
 
 def _period(s: DeviceSteps) -> float:

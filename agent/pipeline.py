@@ -26,6 +26,7 @@ from agent.clock import Clock, MonotonicClock, Ticker
 from agent.devices import (
     DeviceSteps,
     device_steps,
+    in_step,
     jobs_note,
     same_step,
     step_groups,
@@ -299,7 +300,7 @@ def _look_at_devices(
 ) -> _DeviceView:
     """Each busy device of ``source`` estimated on its own, grouped by its step time."""
     devices = device_grids(columns, rows)
-    groups = step_groups(device_steps(devices)) if len(devices) >= 2 else []
+    groups = step_groups(device_steps(devices)) if not in_step(devices) else []
     apart = len(groups) >= 2
     return _DeviceView(
         source=source,

@@ -1092,7 +1092,7 @@ def _log_step_parts(inputs: EstimateInputs, est: Estimate) -> tuple[EstimateInpu
             call_times=times[mine],
             call_bytes=mix.call_bytes[mine],
             call_keys=keys,
-            call_processes=mix.call_processes[mine] if mix.call_processes.size else procs,
+            call_processes=procs[mine] if procs.size else procs,
         )
         return replace(inputs, collectives=sub)
 
@@ -1393,7 +1393,7 @@ def analyze_files(
     if counters:
         read = _counters(counters)
         network, counter_dt, input_notes = read.network, read.dt, read.notes
-        if read.devices:
+        if read.devices and not pcaps:  # (a capture's finer bins are T, B and D's then)
             steps = device_steps(read.devices)
             extra["devices"] = [_device_json(s) for s in steps]
             groups = step_groups(steps)

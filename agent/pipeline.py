@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import random
 import threading
@@ -662,7 +663,7 @@ class Pipeline:
         view = self._device_view
         if grids and view is not None and view.job is not None and view.source == source:
             # Two jobs on their own devices: the busiest one's devices are the network.
-            devices = st.device_window(source).devices(since=start)
+            devices = st.device_window(source).devices(since=start, only=view.job)
             # (No device of the job left in the window: the source's sum.)
             with contextlib.suppress(ValueError):
                 grids = sum_grids([devices[name] for name in view.job if name in devices])
@@ -719,7 +720,8 @@ class Pipeline:
         view = self._device_view
         if view is None or view.source != source or self._device_hops >= DEVICE_CHECK_HOPS:
             self._device_hops = 0
-            newest = max(since, self._clock.now() - DEVICE_CHECK_S)
+            locked = self._tracker.locked or 0.0  # (8 steps at least: a step of 10 s too)
+            newest = max(since, self._clock.now() - max(DEVICE_CHECK_S, 8.0 * locked))
             # The rows are copied here, on the loop that appends to them.
             view = await asyncio.to_thread(_look_at_devices, source, *window.rows(newest))
             self._device_view = view
@@ -733,7 +735,10 @@ class Pipeline:
             return est
         if not view.apart and self._device_hops != 1:
             return est  # the look found them together: no per-device grids every hop
-        devices = await asyncio.to_thread(device_grids, *window.rows(since))
+        names = {s.name for s in job}
+        devices = await asyncio.to_thread(
+            functools.partial(device_grids, only=names), *window.rows(since)
+        )
         members = [
             (s.name, devices[s.name].get(way), s.estimate.duty_cycle)
             for s in job

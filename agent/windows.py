@@ -8,7 +8,7 @@ as the offline path, :func:`agent.rates.counter_deltas`), so the estimator sees 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -495,15 +495,20 @@ class DeviceDeltas:
             return (), np.empty((0, 1))
         return self._columns, self._ring.since(since)
 
-    def devices(self, since: float | None = None) -> dict[str, dict[Direction, GridSeries]]:
+    def devices(
+        self, since: float | None = None, only: Collection[str] | None = None
+    ) -> dict[str, dict[Direction, GridSeries]]:
         """Each device's rate grids (directions with at least 3 polls), ``since`` on."""
-        return device_grids(*self.rows(since))
+        return device_grids(*self.rows(since), only=only)
 
 
 def device_grids(
-    columns: tuple[str, ...], rows: FloatArray
+    columns: tuple[str, ...], rows: FloatArray, *, only: Collection[str] | None = None
 ) -> dict[str, dict[Direction, GridSeries]]:
-    """Each device's rate grids from :meth:`DeviceDeltas.rows` (a pure function of them)."""
+    """Each device's rate grids from :meth:`DeviceDeltas.rows` (a pure function of them).
+
+    ``only``: these devices' (each grid costs a pass over the rows).
+    """
     if rows.shape[0] < 3:
         return {}
     times = rows[:, 0]
@@ -512,7 +517,7 @@ def device_grids(
         parts.setdefault((column_device(name), column_direction(name)), []).append(j + 1)
     out: dict[str, dict[Direction, GridSeries]] = {}
     for (device, direction), cols in parts.items():
-        if not device or direction == "total":
+        if not device or direction == "total" or (only is not None and device not in only):
             continue
         deltas = rows[1:, cols].sum(axis=1)  # NaN in any column: unknown
         try:

@@ -21,18 +21,17 @@ from agent.call_sequence import sequence_step
 START = dt.datetime(2026, 11, 20, 10, 0, 0)
 
 
-def _run(
-    t0: float, step_s: float, steps: int, pid: int, *, seed: int = 1
+def _steps(
+    t0: float, lengths: list[float], pid: int, *, nominal: float | None = None
 ) -> list[tuple[float, str]]:
-    """Two ranks (processes ``pid``, ``pid + 1``) of 0.6/0.7/0.9-step AllReduces, 2 % jitter."""
-    rng = np.random.default_rng(seed)
-    lengths = step_s * (1.0 + 0.02 * rng.uniform(-1.0, 1.0, steps))
+    """Two ranks' 0.6/0.7/0.9-step AllReduces over steps of the given lengths (the calls at
+    those shares of ``nominal`` into each step, if given)."""
     out = []
     for r in range(2):
         t, op = t0, 0
-        for k in range(steps):
+        for step_s in lengths:
             for at, count in ((0.6, 6_553_600), (0.7, 6_553_600), (0.9, 1_200_000)):
-                when = t + at * step_s
+                when = t + at * (nominal or step_s)
                 stamp = (START + dt.timedelta(seconds=when)).strftime("[%F %T.%f] ")
                 out.append((when, (
                     f"{stamp}node1:{pid + r}:{pid + r} [{r}] NCCL INFO AllReduce: opCount "
@@ -40,8 +39,17 @@ def _run(
                     f"root 0 comm 0x55{pid + r:x} [nranks=2] stream 0x66"
                 )))  # fmt: skip
                 op += 1
-            t += lengths[k]
+            t += step_s
     return out
+
+
+def _run(
+    t0: float, step_s: float, steps: int, pid: int, *, seed: int = 1
+) -> list[tuple[float, str]]:
+    """Two ranks (processes ``pid``, ``pid + 1``) of 0.6/0.7/0.9-step AllReduces, 2 % jitter."""
+    rng = np.random.default_rng(seed)
+    lengths = step_s * (1.0 + 0.02 * rng.uniform(-1.0, 1.0, steps))
+    return _steps(t0, lengths.tolist(), pid, nominal=step_s)
 
 
 def _write(path: Path, *runs: list[tuple[float, str]]) -> Path:
@@ -121,25 +129,6 @@ def test_steps_of_four_calls_are_not_read_at_three_steps() -> None:
     est = analyze_files(nccl_logs=[log]).estimate
     assert est.period_s == pytest.approx(1.5, rel=0.005)
     assert est.confidence > 0.9
-
-
-def _steps(t0: float, lengths: list[float], pid: int) -> list[tuple[float, str]]:
-    """Two ranks' 0.6/0.7/0.9-step AllReduces over steps of the given lengths."""
-    out = []
-    for r in range(2):
-        t, op = t0, 0
-        for step_s in lengths:
-            for at, count in ((0.6, 6_553_600), (0.7, 6_553_600), (0.9, 1_200_000)):
-                when = t + at * step_s
-                stamp = (START + dt.timedelta(seconds=when)).strftime("[%F %T.%f] ")
-                out.append((when, (
-                    f"{stamp}node1:{pid + r}:{pid + r} [{r}] NCCL INFO AllReduce: opCount "
-                    f"{op:x} sendbuff 0x7f00 recvbuff 0x7f10 count {count} datatype 7 op 0 "
-                    f"root 0 comm 0x55{pid + r:x} [nranks=2] stream 0x66"
-                )))  # fmt: skip
-                op += 1
-            t += step_s
-    return out
 
 
 @pytest.mark.parametrize(("before", "after"), [(1.8, 2.7), (1.8, 3.6), (3.6, 1.8)])

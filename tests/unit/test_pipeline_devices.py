@@ -17,6 +17,7 @@ import pytest
 
 from agent import pipeline as pipeline_module
 from agent.clock import MonotonicClock, Ticker
+from agent.estimate import Estimate
 from agent.pipeline import Pipeline, PipelineSettings, Snapshot, SnapshotStore
 from agent.windows import DeviceDeltas
 from collectors._base import CounterBatch, CounterReading, Emit
@@ -68,15 +69,20 @@ def _run(rails: Sequence[tuple[float, float, float]], run_s: float) -> list[Snap
     return seen
 
 
+def _last(seen: list[Snapshot], hops: int = 4) -> list[Estimate]:
+    """The estimates of the last ``hops`` snapshots (each must have one)."""
+    last = [s.estimate for s in seen[-hops:] if s.estimate is not None]
+    assert len(last) == hops
+    return last
+
+
 def test_two_jobs_on_their_own_rails_are_shown_as_the_busier_one_live(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(pipeline_module, "DEVICE_CHECK_HOPS", 4)
+    monkeypatch.setattr(pipeline_module, "DEVICE_CHECK_HOPS", 2)
     rails = [(0.5, 0.2, RATE)] * 4 + [(0.75, 0.2, RATE)] * 4
-    seen = _run(rails, 14.0)
-    last = [s.estimate for s in seen[-4:] if s.estimate is not None]
-    assert len(last) == 4
-    for est in last:
+    seen = _run(rails, 10.0)
+    for est in _last(seen):
         assert est.period_s == pytest.approx(0.5, rel=0.02)
         assert est.duty_cycle == pytest.approx(0.4, abs=0.03)
         note = next(w for w in est.warnings if "devices step apart" in w)
@@ -88,23 +94,19 @@ def test_two_jobs_on_their_own_rails_are_shown_as_the_busier_one_live(
 def test_a_slow_rail_keeps_d_counting_until_it_is_done_live(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(pipeline_module, "DEVICE_CHECK_HOPS", 4)
+    monkeypatch.setattr(pipeline_module, "DEVICE_CHECK_HOPS", 2)
     rails = [(0.5, 0.15, RATE)] * 3 + [(0.5, 0.3, RATE / 2)]
-    seen = _run(rails, 10.0)
-    last = [s.estimate for s in seen[-4:] if s.estimate is not None]
-    assert len(last) == 4
-    for est in last:
+    seen = _run(rails, 8.0)
+    for est in _last(seen):
         assert est.period_s == pytest.approx(0.5, rel=0.02)
         assert est.duty_cycle == pytest.approx(0.6, abs=0.04)
         assert any("longer than their sum" in w for w in est.warnings)
 
 
 def test_rails_in_step_are_left_as_their_sum_live(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(pipeline_module, "DEVICE_CHECK_HOPS", 4)
-    seen = _run([(0.5, 0.15, RATE)] * 4, 8.0)
-    last = [s.estimate for s in seen[-4:] if s.estimate is not None]
-    assert len(last) == 4
-    for est in last:
+    monkeypatch.setattr(pipeline_module, "DEVICE_CHECK_HOPS", 2)
+    seen = _run([(0.5, 0.15, RATE)] * 4, 6.0)
+    for est in _last(seen):
         assert est.period_s == pytest.approx(0.5, rel=0.02)
         assert est.duty_cycle == pytest.approx(0.3, abs=0.03)
         assert not any("devices" in w for w in est.warnings)

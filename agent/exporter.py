@@ -71,6 +71,7 @@ class SnapshotCollector(Collector):
         yield from _capture_families(snap)
         yield from _regime_families(snap)
         yield from _device_families(snap.devices)
+        yield from _device_burst_families(snap)
         est = snap.estimate
         if est is None:
             return
@@ -532,6 +533,38 @@ def _split_device(device: str) -> tuple[str, str]:
     """``mlx5_0:1`` → (``mlx5_0``, ``1``); a netdev has no port."""
     name, sep, port = device.rpartition(":")
     return (name, port) if sep and port.isdigit() else (device, "")
+
+
+def _device_burst_families(snap: Snapshot) -> Iterator[Metric]:
+    """Each busy device's bursts on its own scale, from the last look at them one by one."""
+    if not snap.device_bursts or snap.device_bursts_source is None:
+        return
+    labels = ["source", "device", "port"]
+    band = GaugeMetricFamily(
+        "commpulse_device_burst_bandwidth_bytes_per_second",
+        "A device's bandwidth while in its own bursts (a slow rail reads below the others).",
+        labels=[*labels, "direction"],
+    )
+    on = GaugeMetricFamily(
+        "commpulse_device_burst_on_ratio",
+        "Share of the time a device is in its own bursts (a slow rail's is the longest).",
+        labels=[*labels, "direction"],
+    )
+    period = GaugeMetricFamily(
+        "commpulse_device_sync_period_seconds",
+        "A device's own step time, where its devices did not move in step (two jobs?).",
+        labels=labels,
+    )
+    timed: set[str] = set()
+    for b in snap.device_bursts:
+        name, port = _split_device(b.device)
+        key = [snap.device_bursts_source, name, port]
+        band.add_metric([*key, b.direction], b.burst_bandwidth)
+        on.add_metric([*key, b.direction], b.on_ratio)
+        if b.period_s is not None and b.device not in timed:
+            timed.add(b.device)
+            period.add_metric(key, b.period_s)
+    yield from (band, on, period)
 
 
 def _device_families(devices: tuple[DeviceStatus, ...]) -> Iterator[Metric]:

@@ -25,7 +25,9 @@ import numpy.typing as npt
 
 from agent.clock import Clock, MonotonicClock, Ticker
 from agent.devices import (
+    DeviceBursts,
     DeviceSteps,
+    device_bursts,
     device_steps,
     in_step,
     jobs_note,
@@ -174,6 +176,10 @@ class Snapshot:
     #: Sizes (bytes above the background) and durations of every burst seen end, since start.
     burst_bytes: SizeHistogram | None = None
     burst_seconds: SizeHistogram | None = None
+    #: The network source's devices' own bursts at the last look (agent.devices), and which
+    #: source they are of.
+    device_bursts: tuple[DeviceBursts, ...] = ()
+    device_bursts_source: str | None = None
 
 
 class SnapshotStore:
@@ -291,6 +297,8 @@ class _DeviceView:
     #: Two jobs or more: the busiest group's devices, whose sum is estimated; else None.
     job: tuple[str, ...] | None
     note: str | None
+    #: Each busy device's bursts on its own scale, for /metrics.
+    bursts: tuple[DeviceBursts, ...] = ()
     #: The job's devices were in a burst longer than their sum at the look: D is counted
     #: until the last one is done every hop, until the next look says otherwise.
     apart: bool = False
@@ -301,13 +309,15 @@ def _look_at_devices(
 ) -> _DeviceView:
     """Each busy device of ``source`` estimated on its own, grouped by its step time."""
     devices = device_grids(columns, rows)
-    groups = step_groups(device_steps(devices)) if not in_step(devices) else []
+    steps = device_steps(devices) if not in_step(devices) else []
+    groups = step_groups(steps)
     apart = len(groups) >= 2
     return _DeviceView(
         source=source,
         groups=tuple(tuple(g) for g in groups),
         job=tuple(s.name for s in groups[0]) if apart else None,
         note=jobs_note(groups, len(devices)) if apart else None,
+        bursts=tuple(device_bursts(devices, steps)) if len(devices) >= 2 else (),
     )
 
 
@@ -1138,6 +1148,8 @@ class Pipeline:
             regime=regime,
             burst_bytes=self._state.bursts.sizes.histogram(),
             burst_seconds=self._state.bursts.durations.histogram(),
+            device_bursts=self._device_view.bursts if self._device_view is not None else (),
+            device_bursts_source=self._device_view.source if self._device_view else None,
         )
         self._store.publish(snap)
         if est is not None:

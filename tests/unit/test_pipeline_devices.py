@@ -10,17 +10,22 @@ from __future__ import annotations
 
 import asyncio
 import re
+import subprocess
 from collections.abc import Sequence
 
 import numpy as np
 import pytest
+from prometheus_client import generate_latest
 
 from agent import pipeline as pipeline_module
 from agent.clock import MonotonicClock, Ticker
+from agent.devices import DeviceBursts
 from agent.estimate import Estimate
+from agent.exporter import metrics_registry
 from agent.pipeline import Pipeline, PipelineSettings, Snapshot, SnapshotStore
 from agent.windows import DeviceDeltas
 from collectors._base import CounterBatch, CounterReading, Emit
+from tests.conftest import require_component
 
 RATE = 1e9  # bytes/s of one rail in a burst
 
@@ -101,6 +106,24 @@ def test_a_slow_rail_keeps_d_counting_until_it_is_done_live(
         assert est.period_s == pytest.approx(0.5, rel=0.02)
         assert est.duty_cycle == pytest.approx(0.6, abs=0.04)
         assert any("longer than their sum" in w for w in est.warnings)
+    # /metrics names the slow rail: half the others' burst bandwidth, twice their on-ratio.
+    store = SnapshotStore()
+    store.publish(seen[-1])
+    families = {f.name: f for f in metrics_registry(store).collect()}
+    band = {
+        s.labels["device"]: s.value
+        for s in families["commpulse_device_burst_bandwidth_bytes_per_second"].samples
+    }
+    on = {s.labels["device"]: s.value for s in families["commpulse_device_burst_on_ratio"].samples}
+    assert band["mlx5_3"] == pytest.approx(RATE / 2, rel=0.05)
+    assert band["mlx5_0"] == pytest.approx(RATE, rel=0.05)
+    assert on["mlx5_3"] == pytest.approx(0.6, abs=0.04)
+    assert on["mlx5_0"] == pytest.approx(0.3, abs=0.04)
+    timed = {
+        s.labels["device"]: s.value
+        for s in families["commpulse_device_sync_period_seconds"].samples
+    }
+    assert timed["mlx5_3"] == pytest.approx(0.5, rel=0.02)
 
 
 def test_rails_in_step_are_left_as_their_sum_live(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -144,3 +167,33 @@ def test_device_deltas_start_over_when_the_devices_change() -> None:
     columns, rows = window.rows()
     assert columns == ("eth0_tx_bytes", "eth1_tx_bytes")
     assert rows.shape == (9, 3)  # the first poll of the new set is the base of the next
+
+
+def test_the_device_burst_families_pass_promtool() -> None:
+    snap = Snapshot(
+        estimate=None,
+        time_s=1.0,
+        wall_time_s=1.0,
+        estimator_seconds=0.0,
+        sources=(),
+        device_bursts=(
+            DeviceBursts("mlx5_0:1", "tx", 24e9, 0.3, 1.5),
+            DeviceBursts("mlx5_0:1", "rx", 24e9, 0.3, 1.5),
+            DeviceBursts("eth0", "tx", 1e9, 0.1),
+        ),
+        device_bursts_source="rdma",
+    )
+    store = SnapshotStore()
+    store.publish(snap)
+    text = generate_latest(metrics_registry(store)).decode()
+    assert (
+        'commpulse_device_sync_period_seconds{device="mlx5_0",port="1",source="rdma"} 1.5' in text
+    )
+    res = subprocess.run(
+        [require_component("promtool"), "check", "metrics"],
+        input=text,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert res.returncode == 0, res.stdout + res.stderr

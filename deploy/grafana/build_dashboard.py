@@ -404,6 +404,20 @@ def build() -> db.Dashboard:
         )
         .with_panel(
             series(
+                "Burst bandwidth per device",
+                "Each busy device's bandwidth while in its own bursts (sampled every 15 hops): "
+                "a rail below the others is slow or loaded, and the step waits for it.",
+                [
+                    Query(
+                        f"commpulse_device_burst_bandwidth_bytes_per_second{{{HOSTS}}}",
+                        "{{instance}} {{device}}:{{port}} {{direction}}",
+                    )
+                ],
+                unit="Bps",
+            )
+        )
+        .with_panel(
+            series(
                 "Collective mix (bytes)",
                 "Collective size S per second by op, from the NCCL log (nccl-tests definition).",
                 [

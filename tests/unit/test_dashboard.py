@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from agent.arrivals import ArrivalStats, Percentiles
+from agent.devices import DeviceBursts
 from agent.estimate import Estimate
 from agent.p2p import AlltoAllStats, PipelineStats
 from agent.pipeline import SinkHealth, Snapshot, SourceHealth
@@ -309,6 +310,8 @@ def _full_exposition() -> str:
                     rx_rate=2e10,
                 ),
             ),
+            device_bursts=(DeviceBursts("mlx5_0:1", "tx", 2.4e10, 0.3, 4.5),),
+            device_bursts_source="rdma_counters",
             job_id="j1",
             job_id_source="config",
             last_burst_wall_s=0.5,

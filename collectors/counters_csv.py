@@ -20,10 +20,12 @@ recognised by their size (a warning says so).
 from __future__ import annotations
 
 import array
+import csv
 import datetime as dt
 import decimal
 import itertools
 import math
+import re
 import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -62,6 +64,10 @@ class CounterTable:
     present: dict[str, npt.NDArray[np.bool_]]
     #: What was left out or reinterpreted, one line per kind (empty for a clean file).
     warnings: tuple[str, ...] = field(default=())
+
+
+#: A cell that at least starts like a number (a malformed one is a bad cell, not a word).
+_NUMBER_LIKE = re.compile(r"^[-+.\d]")
 
 
 def _parse_counter(cell: str) -> tuple[int, int]:
@@ -115,7 +121,10 @@ def _delimiter(header: str) -> str:
 def _header(text: str, lineno: int, path: Path | str) -> tuple[list[str], float, bool, str]:
     """(column names, seconds per time unit, whether rows end in an empty field, separator)."""
     sep = _delimiter(text)
-    header = [h.strip().strip('"').strip("'").strip() for h in text.split(sep)]
+    # CSV quoting: a Grafana or Prometheus export names a series by its label set, whose
+    # commas split it into repeated fragments ("duplicate column names in the header").
+    fields = next(csv.reader([text], delimiter=sep, skipinitialspace=True))
+    header = [h.strip().strip('"').strip("'").strip() for h in fields]
     trailing = len(header) > 2 and header[-1] == ""  # "time,a,b," from a spreadsheet
     if trailing:
         header.pop()
@@ -169,6 +178,7 @@ def parse_counters_csv(lines: Iterable[str], *, path: Path | str = "<counters>")
     cut = Skipped("unfinished last line (the file was still being written?) left out")
     rounded = Skipped("cell(s) held a counter in scientific notation, rounded to a few digits")
     coarsest = 1
+    text_cells = [0] * len(names)  # cells of words, per column: a long table's device names
     last_t = -math.inf
     pending: tuple[int, str] | None = None  # held back one line: the last may be unfinished
 
@@ -191,7 +201,7 @@ def parse_counters_csv(lines: Iterable[str], *, path: Path | str = "<counters>")
                              f"{len(cells)}")  # fmt: skip
             return
         try:
-            t = _parse_time(cells[0].strip()) * unit
+            t = _parse_time(cells[0].strip().strip('"').strip("'")) * unit
         except ValueError as exc:
             bad_rows.add(number, str(exc))
             return
@@ -203,7 +213,7 @@ def parse_counters_csv(lines: Iterable[str], *, path: Path | str = "<counters>")
             return
         values: list[int | None] = []
         for j, raw_cell in enumerate(cells[1 : len(header)]):
-            cell = raw_cell.strip()
+            cell = raw_cell.strip().strip('"').strip("'")
             if cell.lower() in _MISSING:
                 values.append(None)
                 continue
@@ -211,6 +221,8 @@ def parse_counters_csv(lines: Iterable[str], *, path: Path | str = "<counters>")
                 value, place = _parse_counter(cell)
             except ValueError as exc:
                 bad_cells.add(number, f"column {names[j]!r}: {exc}")
+                if not _NUMBER_LIKE.match(cell):
+                    text_cells[j] += 1
                 values.append(None)
                 continue
             values.append(value)
@@ -270,6 +282,16 @@ def parse_counters_csv(lines: Iterable[str], *, path: Path | str = "<counters>")
                 path, f"need at least two readable data rows; {first[1]}", line=first[0]
             )
         raise InputFormatError(path, "need at least two data rows to compute a rate")
+    worded = [n for n, k in zip(names, text_cells, strict=True) if k >= 0.5 * len(times)]
+    if worded:
+        raise InputFormatError(
+            path,
+            f"column(s) {', '.join(map(repr, worded))} hold words, not counters, in most rows: "
+            "a long table (one row per device and time)? The counters CSV has one column per "
+            "counter and direction (time,mlx5_0_tx_bytes,mlx5_0_rx_bytes,...): pivot it "
+            "(pandas: df.pivot(index='time', columns=[...], values=...)), or record with "
+            "commpulse record",
+        )
     warnings = [n for k in (bad_rows, back, bad_cells, cut) if (n := k.note()) is not None]
     if (note := rounded.note()) is not None:
         warnings.append(

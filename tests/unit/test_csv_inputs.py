@@ -352,3 +352,51 @@ def test_the_block_parser_reads_exactly_what_the_row_parser_reads(
     for name in slow.columns:
         np.testing.assert_array_equal(fast.columns[name], slow.columns[name])
         np.testing.assert_array_equal(fast.present[name], slow.present[name])
+
+
+def test_a_grafana_export_names_its_series_by_quoted_label_sets() -> None:
+    """Grafana's "Download CSV" (and Prometheus' query_range written out) quotes each series'
+    label set, commas inside: it read "duplicate column names in the header"; its formatted
+    time cells are quoted as well ("time '"2024-04-05 12:00:00"' is not a number")."""
+    tx = '"node_network_transmit_bytes_total{device=""eth0"", instance=""gpu01:9100""}"'
+    rx = '"node_network_receive_bytes_total{device=""eth0"", instance=""gpu01:9100""}"'
+    t = parse_counters_csv(
+        [
+            f'"Time",{tx},{rx}',
+            '"2024-04-05 12:00:00",100,200',
+            '"2024-04-05 12:00:01",1100,2200',
+        ]
+    )
+    assert list(t.columns) == [
+        'node_network_transmit_bytes_total{device="eth0", instance="gpu01:9100"}',
+        'node_network_receive_bytes_total{device="eth0", instance="gpu01:9100"}',
+    ]
+    assert t.times[1] - t.times[0] == 1.0
+    assert t.columns[next(iter(t.columns))].tolist() == [100, 1100]
+
+
+@pytest.mark.parametrize(
+    "header",
+    ["time,dev,tx_bytes,rx_bytes", "time,device,direction,value"],
+)
+def test_a_long_table_is_refused_with_how_to_pivot_it(header: str) -> None:
+    """One row per device and time (a shell loop's "time,dev,tx,rx"): the device names read as
+    gaps and the rows of four devices were differenced against each other (B 6e3 TB/s)."""
+    rows = [header]
+    for k in range(20):
+        for dev in ("mlx5_0", "mlx5_1"):
+            rows.append(
+                f"{k * 0.01:.2f},{dev},{1000 * k},{2000 * k}"
+                if "dev," in header
+                else f"{k * 0.01:.2f},{dev},tx,{1000 * k}"
+            )
+    with pytest.raises(InputFormatError, match="hold words, not counters") as err:
+        parse_counters_csv(rows)
+    assert "pivot" in str(err.value)
+
+
+def test_a_few_words_among_counters_are_gaps_not_a_long_table() -> None:
+    rows = ["time,eth0_tx_bytes"] + [f"{k},{'N/A' if k == 3 else 100 * k}" for k in range(10)]
+    rows[5] = "4,oops"
+    t = parse_counters_csv(rows)
+    assert int(t.present["eth0_tx_bytes"].sum()) == 8  # N/A and "oops" are gaps

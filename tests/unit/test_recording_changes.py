@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from agent.analyze import analyze_files
+from agent.errors import InputFormatError
 from agent.period import estimate_period
 from tests.signals import periodic_bursts, sample_bursts
 
@@ -185,13 +186,18 @@ def test_an_ethtool_dump_counts_a_ports_bytes_once(tmp_path: Path) -> None:
     assert "eth1_tx_bytes" not in note
 
 
-def test_per_interval_bytes_are_said_to_look_like_rates(tmp_path: Path) -> None:
-    """A column of bytes per poll, not a cumulative counter: it "resets" once a step, 1 % of
-    the reads here, which passed the 5 % bar without a word."""
-    per_poll = (_rate(1.0, 0.3, 120.0, 10e9) / FS).astype(np.int64).tolist()
-    path = _write(tmp_path / "rates.csv", {"eth0_tx_bytes": [0, *per_poll]})
-    est = analyze_files(counters=[path]).estimate
-    assert any("look like rates" in w for w in est.warnings)
+@pytest.mark.parametrize("per_second", [False, True])
+def test_per_interval_bytes_or_rates_are_refused_as_not_cumulative(
+    tmp_path: Path, per_second: bool
+) -> None:
+    """A column of bytes per poll (or per second), not a cumulative counter: it "resets" once
+    a step, 1 % of the reads here, which passed the 5 % bar without a word; then, with a
+    word, a confident T beside a B 25x too high and D 0.04 for 0.6."""
+    per_poll = _rate(1.0, 0.3, 120.0, 10e9) / (1.0 if per_second else FS)
+    path = _write(tmp_path / "rates.csv", {"eth0_tx_bytes": [0, *per_poll.astype(np.int64)]})
+    with pytest.raises(InputFormatError, match="look like rates") as err:
+        analyze_files(counters=[path])
+    assert "cumulative counters" in str(err.value)
 
 
 def test_two_driver_reloads_are_not_rates(tmp_path: Path) -> None:
@@ -338,3 +344,23 @@ def test_a_job_right_after_another_is_read_without_the_others_steps(tmp_path: Pa
     assert est.burst_bandwidth == pytest.approx(5e9, rel=0.02)
     assert est.duty_cycle == pytest.approx(0.2, abs=0.01)
     assert any("the step time changed" in w for w in est.warnings)
+
+
+@pytest.mark.parametrize(("unit", "factor"), [("kB", 1e3), ("KiB", 1024.0), ("MB", 1e6)])
+def test_counters_in_kilo_or_megabytes_are_read_in_their_units(
+    tmp_path: Path, unit: str, factor: float
+) -> None:
+    """A loop that logged kB read B 1000x low; MB read "idle", with no word."""
+    rng = np.random.default_rng(3)
+    t = np.arange(0.0, 60.0, 0.01)
+    moved = np.where((t % 1.5) < 0.45, 24e9, 1e3) * 0.01 * (1 + 0.01 * rng.standard_normal(t.size))
+    count = np.floor(np.cumsum(moved) / factor).astype(np.int64)
+    lines = [f"time,tx_{unit},rx_{unit}"] + [
+        f"{a:.2f},{c},{c}" for a, c in zip(t, count, strict=True)
+    ]
+    path = tmp_path / "c.csv"
+    path.write_text("\n".join(lines) + "\n")
+    est = analyze_files(counters=path).estimate
+    assert est.burst_bandwidth == pytest.approx(24e9, rel=0.03)
+    assert est.period_s == pytest.approx(1.5, rel=0.01)
+    assert any("units their names give" in w for w in est.warnings)

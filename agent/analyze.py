@@ -122,7 +122,11 @@ MIN_RATE_RESETS = 10
 #: InfiniBand's port_xmit_wait): summed as bytes they inflate B.
 _NOT_BYTES = frozenset({"packets", "packet", "pkts", "pkt", "errors", "errs", "error", "drop",
                         "drops", "dropped", "discards", "discard", "wait", "frames", "multicast",
-                        "collisions", "fifo", "carrier", "overruns", "compressed"})  # fmt: skip
+                        "collisions", "fifo", "carrier", "overruns", "compressed",
+                        # rdma statistic / hw_counters: events, not bytes ("out_of_sequence"
+                        # was read as a tx byte counter for its "out")
+                        "sequence", "cnp", "ecn", "timeout", "retry", "retries", "requests",
+                        "nak", "naks"})  # fmt: skip
 #: InfiniBand's data counters (port_xmit_data, port_rcv_data, their _64 forms; perfquery's
 #: PortXmitData) count 4-byte words.
 _IB_WORDS = (("xmit", "data"), ("rcv", "data"))

@@ -133,7 +133,9 @@ def _header(text: str, lineno: int, path: Path | str) -> tuple[list[str], float,
         raise InputFormatError(
             path,
             f"the first column must be 'time' (seconds; or time_ms, time_us, time_ns), found "
-            f"{header[0]!r}",
+            f"{header[0]!r}: a counters CSV is 'time,<device>_tx_bytes,<device>_rx_bytes,...' "
+            "of cumulative counters (sar, ethtool -S, perfquery or rdma statistic output is "
+            "not read as such; `commpulse record` writes this format)",
             line=lineno,
         )
     names = header[1:]

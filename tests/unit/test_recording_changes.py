@@ -364,3 +364,15 @@ def test_counters_in_kilo_or_megabytes_are_read_in_their_units(
     assert est.burst_bandwidth == pytest.approx(24e9, rel=0.03)
     assert est.period_s == pytest.approx(1.5, rel=0.01)
     assert any("units their names give" in w for w in est.warnings)
+
+
+def test_rdma_statistic_event_columns_are_no_bytes(tmp_path: Path) -> None:
+    """`rdma statistic show` counts requests and events: out_of_sequence was read as a tx
+    byte counter for its "out", and the file as an idle host."""
+    cum = _counter(_rate(1.0, 0.3, 30.0, 1e3)).tolist()
+    path = _write(
+        tmp_path / "rdma.csv",
+        {"mlx5_0_rx_write_requests": cum, "mlx5_0_out_of_sequence": cum, "mlx5_0_np_cnp_sent": cum},
+    )
+    with pytest.raises(InputFormatError, match="no column counts bytes"):
+        analyze_files(counters=[path])

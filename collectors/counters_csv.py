@@ -93,6 +93,19 @@ def _parse_counter(cell: str) -> tuple[int, int]:
     return value, place
 
 
+def _why_wider(cells: list[str], width: int, sep: str) -> str:
+    """A guess at why a row has more fields than the header, for the error ("" if none)."""
+    if len(cells) == width + 1 and not cells[-1].strip():
+        return " (a trailing separator on the rows but not on the header?)"
+    first = cells[0].strip()
+    if sep == "," and len(cells) > width and first.isdigit() and cells[1].strip().isdigit():
+        return (
+            " (decimal commas in a comma-separated file? a locale's number format: write it "
+            "with LC_NUMERIC=C)"
+        )
+    return ""
+
+
 def _parse_time(cell: str) -> float:
     """Seconds from a number, or from an ISO 8601 time (naive ones taken as UTC)."""
     try:
@@ -200,7 +213,7 @@ def parse_counters_csv(lines: Iterable[str], *, path: Path | str = "<counters>")
                 cut.add(number, f"{len(cells)} of {width} fields")
             else:
                 bad_rows.add(number, f"expected {width} fields as in the header, found "
-                             f"{len(cells)}")  # fmt: skip
+                             f"{len(cells)}{_why_wider(cells, width, sep)}")  # fmt: skip
             return
         try:
             t = _parse_time(cells[0].strip().strip('"').strip("'")) * unit

@@ -400,3 +400,20 @@ def test_a_few_words_among_counters_are_gaps_not_a_long_table() -> None:
     rows[5] = "4,oops"
     t = parse_counters_csv(rows)
     assert int(t.present["eth0_tx_bytes"].sum()) == 8  # N/A and "oops" are gaps
+
+
+@pytest.mark.parametrize(
+    ("rows", "said"),
+    [
+        (
+            ["time,eth0_tx_bytes", "1712311200,123456,100", "1712311201,123456,200"],
+            "decimal commas",
+        ),
+        (["time,eth0_tx_bytes", "0,100,", "1,200,"], "trailing separator"),
+    ],
+)
+def test_rows_wider_than_the_header_say_why_they_may_be(rows: list[str], said: str) -> None:
+    """A de_DE shell's EPOCHREALTIME ("1712311200,123456") and rows with a trailing comma the
+    header lacks failed with "expected 2 fields as in the header, found 3" alone."""
+    with pytest.raises(InputFormatError, match=said):
+        parse_counters_csv(rows)

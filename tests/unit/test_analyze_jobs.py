@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from agent.analyze import analyze_files
+from agent.errors import InputFormatError
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "counters"
 
@@ -354,14 +355,16 @@ def test_time_in_milliseconds_under_time_is_said(tmp_path: Path) -> None:
     assert analyze_files(counters=[path]).estimate.period_s == pytest.approx(step, rel=0.03)
 
 
-def test_rates_written_as_counters_are_said(tmp_path: Path) -> None:
+def test_rates_written_as_counters_are_refused(tmp_path: Path) -> None:
+    """A real job's per-poll bytes written as if counters: said in a warning once, beside
+    numbers that were wrong; refused now."""
     t, c, _ = _recording("ddp-gloo-commbound")
     d = np.diff(c, axis=0)
     path = tmp_path / "rates.csv"
     rows = [f"{a:.6f},{b[0]},{b[1]}" for a, b in zip(t[1:], d, strict=True)]
     path.write_text("time,vetha_rx_bytes,vetha_tx_bytes\n" + "\n".join(rows) + "\n")
-    est = analyze_files(counters=[path]).estimate
-    assert any("not the cumulative counters" in w for w in est.warnings)
+    with pytest.raises(InputFormatError, match="not the cumulative counters"):
+        analyze_files(counters=[path])
 
 
 def test_a_bond_beside_other_interfaces_is_said(tmp_path: Path) -> None:

@@ -25,8 +25,8 @@ from agent.call_sequence import call_kinds, clumped_resolution, process_codes
 from agent.devices import (
     DeviceSteps,
     device_steps,
+    job_of,
     jobs_note,
-    same_step,
     step_groups,
     until_last_done,
 )
@@ -321,7 +321,9 @@ def _counters(paths: Sequence[Path]) -> CounterRead:
     grids = []
     per_file: list[tuple[Path, npt.NDArray[np.float64], dict[str, Grids]]] = []
     coarse: list[tuple[Path, float, float]] = []  # (file, its poll, its bytes/s)
-    rates: list[float] = []
+    used: list[
+        tuple[CounterTable, list[str], dict[str, npt.NDArray[np.bool_]], dict[str, float]]
+    ] = []
     reads = 0
     for path, table, poll in zip(paths, tables, own, strict=True):
         kept, scale, kept_notes = _byte_columns(list(table.columns))
@@ -354,8 +356,8 @@ def _counters(paths: Sequence[Path]) -> CounterRead:
                 "recording (summed, every interval outside their reads would be unknown): "
                 + ", ".join(f"{name} ({a:.6g}-{b:.6g} s)" for name, a, b in partial)
             )
-        notes += [f"{path}: {n}" for n in _unread_notes(table, kept, present)]
-        rates.append(_file_rate(table, kept, present, scale))
+        notes += [f"{path}: {n}" for n in _unread_notes(table, kept, present, poll)]
+        used.append((table, kept, present, scale))
         try:
             grids.append(
                 direction_grids(
@@ -390,7 +392,8 @@ def _counters(paths: Sequence[Path]) -> CounterRead:
         except ValueError as exc:
             raise InputFormatError(path, str(exc)) from None
     if coarse:
-        notes += _coarse_notes(coarse, dt, sum(rates))
+        # (The bytes of the files kept, for the coarse ones' share: only then read again.)
+        notes += _coarse_notes(coarse, dt, sum(_file_rate(*u) for u in used))
     resets = sum(g.resets for gs in grids for g in gs.values())
     if resets >= MIN_RATE_RESETS and resets > NOT_CUMULATIVE_RESETS * reads:
         # Read on, rates gave a confident T beside a B 25x too high and D 0.04 for 0.6 (the
@@ -461,7 +464,10 @@ def _overlap_notes(spans: Sequence[tuple[Path, npt.NDArray[np.float64]]]) -> lis
 
 
 def _unread_notes(
-    table: CounterTable, names: Sequence[str], present: Mapping[str, npt.NDArray[np.bool_]]
+    table: CounterTable,
+    names: Sequence[str],
+    present: Mapping[str, npt.NDArray[np.bool_]],
+    poll: float,
 ) -> list[str]:
     """Columns that were not read over part of the recording, which their direction loses.
 
@@ -473,7 +479,7 @@ def _unread_notes(
     span = float(times[-1] - times[0]) if times.size > 1 else 0.0
     if span <= 0:
         return []
-    hole = 5.0 * nominal_interval(times)
+    hole = 5.0 * poll
     stretches: dict[tuple[str, float, float, float], list[str]] = {}
     for name in names:
         read = times[present[name]]
@@ -917,6 +923,17 @@ def _when(t: float) -> str:
     return f"{t:.0f} s"
 
 
+def _calls_in(mix: CollectiveMix, mine: npt.NDArray[np.bool_]) -> CollectiveMix:
+    """The timed calls ``mine`` selects; the per-op totals stay the whole log's."""
+    return replace(
+        mix,
+        call_times=mix.call_times[mine],
+        call_bytes=mix.call_bytes[mine],
+        call_keys=mix.call_keys[mine] if mix.call_keys.size else mix.call_keys,
+        call_processes=mix.call_processes[mine] if mix.call_processes.size else mix.call_processes,
+    )
+
+
 def _one_log_run(inputs: EstimateInputs, est: Estimate) -> tuple[EstimateInputs, Estimate]:
     """The run of an NCCL log that moved the most bytes, when it holds several in turn.
 
@@ -937,14 +954,7 @@ def _one_log_run(inputs: EstimateInputs, est: Estimate) -> tuple[EstimateInputs,
         # The ranks of this run: the divisor of its bytes per rank (the whole log's counted
         # every run's processes), in proportion where a process drives several GPUs.
         ranks = round(mix.processes * np.unique(codes[codes >= 0]).size / max(1, logging))
-        part = replace(
-            mix,
-            call_times=mix.call_times[mine],
-            call_bytes=mix.call_bytes[mine],
-            call_keys=mix.call_keys[mine] if mix.call_keys.size else mix.call_keys,
-            call_processes=codes,
-            processes=max(1, ranks),
-        )
+        part = replace(_calls_in(mix, mine), processes=max(1, ranks))
         sub = replace(inputs, collectives=part)
         nbytes = float(np.nansum(part.call_bytes))
         found.append((mine, sub, estimate(sub), nbytes))
@@ -1114,19 +1124,8 @@ def _log_step_parts(inputs: EstimateInputs, est: Estimate) -> tuple[EstimateInpu
         return inputs, est
     cuts = np.linspace(first, np.nextafter(last, np.inf), count + 1).tolist()
 
-    procs = mix.call_processes
-
     def part(a: float, b: float) -> EstimateInputs:
-        mine = (times >= a) & (times < b)
-        keys = mix.call_keys[mine] if mix.call_keys.size else mix.call_keys
-        sub = replace(
-            mix,
-            call_times=times[mine],
-            call_bytes=mix.call_bytes[mine],
-            call_keys=keys,
-            call_processes=procs[mine] if procs.size else procs,
-        )
-        return replace(inputs, collectives=sub)
+        return replace(inputs, collectives=_calls_in(mix, (times >= a) & (times < b)))
 
     def span(a: float, b: float) -> str:
         return f"{a - first:.0f}-{b - first:.0f} s"
@@ -1569,17 +1568,10 @@ def _until_the_last_is_done(
     devices: Mapping[str, Grids],
 ) -> Estimate:
     """D until the job's last device is done (:func:`agent.devices.until_last_done`)."""
-    way, t = est.direction, est.period_s
-    host = inputs.network.get(way) if way is not None else None
-    job = (
-        next((g for g in groups if same_step(g[0].estimate.period_s or 0.0, t)), None)
-        if t
-        else None
-    )
-    if host is None or job is None or way is None:
+    host = inputs.network.get(est.direction) if est.direction is not None else None
+    if host is None:
         return est
-    members = [(s.name, devices[s.name].get(way), s.estimate.duty_cycle) for s in job]
-    return until_last_done(est, host, [(n, g, d) for n, g, d in members if g is not None])
+    return until_last_done(est, host, job_of(groups, est.period_s), devices)
 
 
 def _no_coll_note(summary: NcclLogSummary) -> str:

@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from agent.estimate import Estimate, EstimateInputs, estimate
+from agent.estimate import Estimate, EstimateInputs, estimate, mean_rate
 from agent.levels import separation, two_means
 from agent.rates import Direction, GridSeries
 
@@ -37,6 +37,7 @@ __all__ = [
     "device_bursts",
     "device_steps",
     "in_step",
+    "job_of",
     "jobs_note",
     "last_done_share",
     "same_step",
@@ -78,12 +79,15 @@ class DeviceSteps:
 
 
 def _mean_rate(grids: Grids) -> float:
-    total = 0.0
-    for g in grids.values():
-        known = g.rate[np.isfinite(g.rate)]
-        if known.size:
-            total += float(known.mean())
-    return total
+    """A device's bytes per second, its directions' mean rates summed."""
+    return sum(mean_rate(g) for g in grids.values())
+
+
+def _busy(devices: Mapping[str, Grids]) -> dict[str, float]:
+    """Bytes per second of the devices carrying ``MIN_SHARE`` of the host's or more."""
+    rates = {name: _mean_rate(g) for name, g in devices.items()}
+    total = sum(rates.values())
+    return {n: r for n, r in rates.items() if total > 0 and r >= MIN_SHARE * total}
 
 
 def _newest(grids: Grids, slots: int) -> dict[Direction, GridSeries]:
@@ -92,16 +96,13 @@ def _newest(grids: Grids, slots: int) -> dict[Direction, GridSeries]:
 
 def device_steps(devices: Mapping[str, Grids]) -> list[DeviceSteps]:
     """Each device's own estimate, for those with ``MIN_SHARE`` of the bytes or more."""
-    rates = {name: _mean_rate(g) for name, g in devices.items()}
-    total = sum(rates.values())
-    if total <= 0:
-        return []
     out = []
-    for name, grids in devices.items():
-        if rates[name] < MIN_SHARE * total or not grids:
+    for name, rate in _busy(devices).items():
+        grids = devices[name]
+        if not grids:
             continue
         inputs = EstimateInputs(network=_newest(grids, NEWEST_SLOTS), network_source="counters")
-        out.append(DeviceSteps(name, rates[name], estimate(inputs)))
+        out.append(DeviceSteps(name, rate, estimate(inputs)))
     return out
 
 
@@ -117,11 +118,7 @@ def in_step(devices: Mapping[str, Grids]) -> bool:
     The live agent's look costs one estimate per device (8 rails: ~55 ms); rails of one job
     polled together are told by a correlation first. Grids of one poll table (same slots).
     """
-    rates = {name: _mean_rate(g) for name, g in devices.items()}
-    total = sum(rates.values())
-    if total <= 0:
-        return True
-    busy = [name for name in devices if rates[name] >= MIN_SHARE * total]
+    busy = list(_busy(devices))
     if len(busy) < 2:
         return True
     for way in {d for name in busy for d in devices[name]}:
@@ -237,14 +234,10 @@ def device_bursts(
     devices: Mapping[str, Grids], steps: Sequence[DeviceSteps] = ()
 ) -> list[DeviceBursts]:
     """Each busy device's burst bandwidth and on-ratio per direction with clear bursts."""
-    rates = {name: _mean_rate(g) for name, g in devices.items()}
-    total = sum(rates.values())
     periods = {s.name: s.estimate.period_s for s in steps if s.timed}
     out = []
-    for name, grids in sorted(devices.items()):
-        if total <= 0 or rates[name] < MIN_SHARE * total:
-            continue
-        for way, grid in sorted(grids.items()):
+    for name in sorted(_busy(devices)):
+        for way, grid in sorted(devices[name].items()):
             cut = burst_threshold(grid)
             if cut is None:
                 continue
@@ -272,19 +265,36 @@ def jobs_note(groups: Sequence[Sequence[DeviceSteps]], devices: int) -> str:
     )
 
 
+def job_of(
+    groups: Sequence[Sequence[DeviceSteps]], period_s: float | None
+) -> Sequence[DeviceSteps]:
+    """The group whose devices step at ``period_s`` (empty when none does)."""
+    if not period_s:
+        return ()
+    return next((g for g in groups if same_step(g[0].estimate.period_s or 0.0, period_s)), ())
+
+
 def until_last_done(
-    est: Estimate, host: GridSeries, members: Sequence[tuple[str, GridSeries, float | None]]
+    est: Estimate, host: GridSeries, job: Sequence[DeviceSteps], devices: Mapping[str, Grids]
 ) -> Estimate:
     """D until the job's last device is done, where its devices' bursts outlast their sum's.
 
-    ``host`` is the grid ``est`` was made on (its direction); ``members`` the job's devices:
-    (name, grid in that direction, own D). A rail at half speed, or channels started apart,
-    keep a device busy after the sum's bursts have ended; the step waits for it all the same.
+    ``host`` is the grid ``est`` was made on (its direction); ``job`` the devices of the job
+    (:func:`job_of`), whose grids ``devices`` holds. A rail at half speed, or channels started
+    apart, keep a device busy after the sum's bursts have ended; the step waits for it all the
+    same.
     """
-    d = est.duty_cycle
-    if est.period_s is None or d is None or est.duty_cycle_source != "network":
+    d, way = est.duty_cycle, est.direction
+    if est.period_s is None or d is None or way is None or est.duty_cycle_source != "network":
         return est
-    clear = [(n, g, own, cut) for n, g, own in members if (cut := burst_threshold(g)) is not None]
+    members = [
+        (s.name, devices[s.name].get(way), s.estimate.duty_cycle) for s in job if s.name in devices
+    ]
+    clear = [
+        (n, g, own, cut)
+        for n, g, own in members
+        if g is not None and (cut := burst_threshold(g)) is not None
+    ]
     if len(clear) < 2:
         return est
     share = last_done_share(host, [(g, cut) for _, g, _, cut in clear])

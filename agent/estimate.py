@@ -56,6 +56,7 @@ __all__ = [
     "estimate_recent",
     "log_grid",
     "log_series",
+    "mean_rate",
     "whole_periods",
 ]
 
@@ -334,7 +335,7 @@ def _direction_period(
         # 200 KB transfer every 10 s read as T = 10 s, confidence 0.98, "training", on an
         # idle host): the bytes a cycle tell it from a job's, whose collectives move MBs a
         # step and average MB/s (a tiny MNIST job: 0.4 MB every 50 ms).
-        mean = _mean_rate(grid)
+        mean = mean_rate(grid)
         per_cycle = mean * period.period_s
         if mean < MANAGEMENT_SHARE * idle_bytes_per_s and per_cycle < MANAGEMENT_CYCLE_BYTES:
             note = (
@@ -352,7 +353,8 @@ MANAGEMENT_SHARE = 0.1
 MANAGEMENT_CYCLE_BYTES = 4e6
 
 
-def _mean_rate(grid: GridSeries) -> float:
+def mean_rate(grid: GridSeries) -> float:
+    """The grid's mean over its known slots (0 with none)."""
     finite = grid.rate[np.isfinite(grid.rate)]
     return float(finite.mean()) if finite.size else 0.0
 
@@ -389,11 +391,11 @@ def _period_direction(
     grid, period = _direction_period(busier, cfg, inputs.expected_period_s, idle_bytes_per_s)
     if direction not in ("tx", "rx"):
         return grid, period, None, direction
-    busier_rate = _mean_rate(busier)
+    busier_rate = mean_rate(busier)
     for other, other_grid in sorted(inputs.network.items()):
         if other == direction or other not in ("tx", "rx"):
             continue
-        other_rate = _mean_rate(other_grid)
+        other_rate = mean_rate(other_grid)
         if other_rate < CLEARER_SHARE * busier_rate or (
             period.confidence >= CLEARER_BELOW and busier_rate <= CLEARER_EXCESS * other_rate
         ):
@@ -447,7 +449,7 @@ def other_direction_note(
     grid, other_grid = inputs.network.get(direction), inputs.network.get(other)
     if grid is None or other_grid is None:
         return None
-    if _mean_rate(other_grid) < CLEARER_SHARE * _mean_rate(grid):
+    if mean_rate(other_grid) < CLEARER_SHARE * mean_rate(grid):
         return None
     _, period_o = _direction_period(
         other_grid, settings or DetectorSettings(), inputs.expected_period_s, IDLE_BYTES_PER_S

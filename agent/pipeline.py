@@ -30,8 +30,8 @@ from agent.devices import (
     device_bursts,
     device_steps,
     in_step,
+    job_of,
     jobs_note,
-    same_step,
     step_groups,
     until_last_done,
 )
@@ -738,10 +738,10 @@ class Pipeline:
         self._device_hops += 1
         if view.note is not None:
             est = replace(est, warnings=(*est.warnings, view.note))
-        t, way = est.period_s, est.direction
-        job = next((g for g in view.groups if t and same_step(g[0].estimate.period_s or 0, t)), ())
+        way = est.direction
+        job = job_of(view.groups, est.period_s)
         host = inputs.network.get(way) if way is not None else None
-        if len(job) < 2 or host is None or way is None:
+        if len(job) < 2 or host is None:
             return est
         if not view.apart and self._device_hops != 1:
             return est  # the look found them together: no per-device grids every hop
@@ -749,12 +749,7 @@ class Pipeline:
         devices = await asyncio.to_thread(
             functools.partial(device_grids, only=names), *window.rows(since)
         )
-        members = [
-            (s.name, devices[s.name].get(way), s.estimate.duty_cycle)
-            for s in job
-            if s.name in devices
-        ]
-        done = until_last_done(est, host, [(n, g, d) for n, g, d in members if g is not None])
+        done = until_last_done(est, host, job, devices)
         if self._device_hops == 1:
             self._device_view = replace(view, apart=done is not est)
         return done

@@ -88,33 +88,11 @@ def comm_name(key: CallKey) -> str:
 MIN_COMM_CALL_SHARE = 0.05
 
 
-def _largest_comm(table: CallTable) -> tuple[str, int | None, npt.NDArray[np.bool_]] | None:
-    """(name, nranks, row mask) of the communicator with the most ranks, then the most calls.
-
-    Only communicators with at least 5 % of the busiest one's calls count. The data-parallel
-    communicator is the largest: its ReduceScatter/AllGather are ZeRO's, while a smaller
-    tensor-parallel communicator's AllGathers would blur the stage ratio. Ties go to the
-    smallest name, so every host names the same one.
-    """
-    known = table.key_ids[table.key_ids >= 0]
-    if known.size == 0:
-        return None
-    per_key = np.bincount(known, minlength=len(table.keys))
-    size: dict[str, tuple[int, int]] = {}
-    for key, calls in zip(table.keys, per_key.tolist(), strict=True):
-        name = comm_name(key)
-        ranks, seen = size.get(name, (0, 0))
-        size[name] = (max(ranks, key.nranks or 0), seen + calls)
-    busiest = max(seen for _, seen in size.values())
-    # A communicator of an init barrier or a one-off broadcast is no step's: the world comm of
-    # a TP x DP split logs one AllReduce, and was taken over the DP comm's thousands of calls.
-    active = [k for k, (_, seen) in size.items() if seen >= MIN_COMM_CALL_SHARE * busiest]
-    best = min(active, key=lambda k: (-size[k][0], -size[k][1], k))
-    member = np.asarray([comm_name(k) == best for k in table.keys] + [False])
-    return best, size[best][0] or None, member[table.key_ids]
+#: Per communicator: (ranks, calls, ZeRO stage, reason).
+_CommStages = dict[str, tuple[int, int, str, str]]
 
 
-def _comm_stages(table: CallTable) -> dict[str, tuple[int, int, str, str]]:
+def _comm_stages(table: CallTable) -> _CommStages:
     """Per communicator: (ranks, calls, ZeRO stage, reason) from its own calls per caller."""
     known = table.key_ids[table.key_ids >= 0]
     per_key = np.bincount(known, minlength=len(table.keys)).tolist()
@@ -139,7 +117,28 @@ def _comm_stages(table: CallTable) -> dict[str, tuple[int, int, str, str]]:
     return out
 
 
-def _disagreeing(table: CallTable, stats: ShardingStats) -> ShardingStats:
+def _largest_comm(
+    table: CallTable, stages: _CommStages
+) -> tuple[str, int | None, npt.NDArray[np.bool_]] | None:
+    """(name, nranks, row mask) of the communicator with the most ranks, then the most calls.
+
+    Only communicators with at least 5 % of the busiest one's calls count. The data-parallel
+    communicator is the largest: its ReduceScatter/AllGather are ZeRO's, while a smaller
+    tensor-parallel communicator's AllGathers would blur the stage ratio. Ties go to the
+    smallest name, so every host names the same one.
+    """
+    if not bool((table.key_ids >= 0).any()):
+        return None
+    busiest = max(calls for _, calls, _, _ in stages.values())
+    # A communicator of an init barrier or a one-off broadcast is no step's: the world comm of
+    # a TP x DP split logs one AllReduce, and was taken over the DP comm's thousands of calls.
+    active = [k for k, (_, calls, _, _) in stages.items() if calls >= MIN_COMM_CALL_SHARE * busiest]
+    best = min(active, key=lambda k: (-stages[k][0], -stages[k][1], k))
+    member = np.asarray([comm_name(k) == best for k in table.keys] + [False])
+    return best, stages[best][0] or None, member[table.key_ids]
+
+
+def _disagreeing(stats: ShardingStats, stages: _CommStages) -> ShardingStats:
     """The stage "unknown" where a communicator as large as the chosen one reads another stage.
 
     Tensor and data parallel of one size (Megatron, TP 8 beside DP 8) tie on ranks, and the
@@ -147,7 +146,6 @@ def _disagreeing(table: CallTable, stats: ShardingStats) -> ShardingStats:
     sync)" beside the DP communicator's ReduceScatter and AllGather of the distributed
     optimizer. Which is the gradient sync the log does not say: both are named.
     """
-    stages = _comm_stages(table)
     mine = stages.get(stats.comm or "")
     if mine is None:
         return stats
@@ -187,7 +185,8 @@ def sharding_of(
     ``latency_s`` None: the default per-collective latency (10 µs), named as such. ``nranks``
     stands in for the communicator's size when no line gave it.
     """
-    largest = _largest_comm(table)
+    stages = _comm_stages(table)
+    largest = _largest_comm(table, stages)
     if largest is None:
         return None
     name, comm_ranks, rows = largest
@@ -218,7 +217,7 @@ def sharding_of(
         latency_source=latency_source,
         resolution_s=table.resolution_s,
     )
-    return _disagreeing(table, stats) if stats is not None else None
+    return _disagreeing(stats, stages) if stats is not None else None
 
 
 def p2p_calls(table: CallTable, limit: int | None = MAX_P2P_CALLS) -> list[P2PCall]:

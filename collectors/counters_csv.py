@@ -93,6 +93,11 @@ def _parse_counter(cell: str) -> tuple[int, int]:
     return value, place
 
 
+def _unquoted(cell: str) -> str:
+    """A cell without its spaces and quotes (spreadsheets and Grafana quote cells)."""
+    return cell.strip().strip('"').strip("'")
+
+
 def _why_wider(cells: list[str], width: int, sep: str) -> str:
     """A guess at why a row has more fields than the header, for the error ("" if none)."""
     if len(cells) == width + 1 and not cells[-1].strip():
@@ -137,7 +142,7 @@ def _header(text: str, lineno: int, path: Path | str) -> tuple[list[str], float,
     # CSV quoting: a Grafana or Prometheus export names a series by its label set, whose
     # commas split it into repeated fragments ("duplicate column names in the header").
     fields = next(csv.reader([text], delimiter=sep, skipinitialspace=True))
-    header = [h.strip().strip('"').strip("'").strip() for h in fields]
+    header = [_unquoted(h).strip() for h in fields]
     trailing = len(header) > 2 and header[-1] == ""  # "time,a,b," from a spreadsheet
     if trailing:
         header.pop()
@@ -216,7 +221,7 @@ def parse_counters_csv(lines: Iterable[str], *, path: Path | str = "<counters>")
                              f"{len(cells)}{_why_wider(cells, width, sep)}")  # fmt: skip
             return
         try:
-            t = _parse_time(cells[0].strip().strip('"').strip("'")) * unit
+            t = _parse_time(_unquoted(cells[0])) * unit
         except ValueError as exc:
             bad_rows.add(number, str(exc))
             return
@@ -228,7 +233,7 @@ def parse_counters_csv(lines: Iterable[str], *, path: Path | str = "<counters>")
             return
         values: list[int | None] = []
         for j, raw_cell in enumerate(cells[1 : len(header)]):
-            cell = raw_cell.strip().strip('"').strip("'")
+            cell = _unquoted(raw_cell)
             if cell.lower() in _MISSING:
                 values.append(None)
                 continue
